@@ -7,19 +7,19 @@ import (
 	"testing"
 )
 
-// The command prints the kit the golden file of internal/cloudinit
+// The command prints the kit the golden file of pkg/provider/proxmox/kit
 // reviews, byte for byte.
 func TestPrintProxmoxKit(t *testing.T) {
 	var out bytes.Buffer
 	if err := printProxmoxKit(&out, nil); err != nil {
 		t.Fatal(err)
 	}
-	want, err := os.ReadFile(filepath.Join("..", "..", "internal", "cloudinit", "testdata", "proxmox-kit.yaml"))
+	want, err := os.ReadFile(filepath.Join("..", "..", "pkg", "provider", "proxmox", "kit", "testdata", "proxmox-kit.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(out.Bytes(), want) {
-		t.Errorf("hyperfleet proxmox-kit printed:\n%s\nwant internal/cloudinit/testdata/proxmox-kit.yaml:\n%s", out.Bytes(), want)
+		t.Errorf("hyperfleet proxmox-kit printed:\n%s\nwant pkg/provider/proxmox/kit/testdata/proxmox-kit.yaml:\n%s", out.Bytes(), want)
 	}
 	if err := printProxmoxKit(&out, []string{"extra"}); err == nil {
 		t.Error("an unexpected argument was accepted")

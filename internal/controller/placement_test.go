@@ -318,7 +318,7 @@ func TestEditedPlacementRecordFailsTheClaim(t *testing.T) {
 	claim := w.f.newClaim("forged")
 	placed := waitPlaced(t, claim)
 	rec := placed.Status.PlacementRecord
-	if !strings.Contains(rec, `"bridge":"vmbr0"`) || !strings.Contains(rec, `"signature":"p2.`) {
+	if !strings.Contains(rec, `"bridge":"vmbr0"`) || !strings.Contains(rec, `"signature":"p3.`) {
 		t.Fatalf("the operator wrote placement record %q, want the authorized bridge and a signature", rec)
 	}
 	// The operator may write the claim between the read and this write:

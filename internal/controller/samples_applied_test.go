@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/dnsserver"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/mtlsproxy"
@@ -30,6 +29,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox/kit"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -80,7 +80,7 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 	// The kit the delivery proxmox sample names, placed as a platform
 	// team does (scp to the node's snippets directory): the template is
 	// not Ready without it.
-	if _, err := sim.PutSnippet("local", "pve-node-1", "hyperfleet-kit.yaml", cloudinit.ProxmoxKit(true)); err != nil {
+	if _, err := sim.PutSnippet("local", "pve-node-1", "hyperfleet-kit.yaml", kit.VendorData(true)); err != nil {
 		t.Fatal(err)
 	}
 	gs := githubsimtest.Start(t, githubsim.Config{

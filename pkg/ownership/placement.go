@@ -1,15 +1,24 @@
 package ownership
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // placementPurpose separates placement-record MACs from the reservation's,
 // the ownership block's and every other MAC of the key ring.
 const placementPurpose = "hyperfleet.io/placement"
 
-// placementVersion prefixes placement signatures: "p2.<key id>.<MAC>".
-// A p2 record also covers the cloud-init snippets, their drive's storage
-// and the DNS domain; a p1 record (written before them) never verifies.
-const placementVersion = "p2"
+// placementVersion prefixes placement signatures: "p3.<key id>.<MAC>".
+// A p3 record names its template by one opaque reference (Template).
+const placementVersion = "p3"
+
+// legacyTemplateVersion prefixes the signatures of placement records
+// written before the template reference was opaque: they name the template
+// by a number and a name (LegacyTemplate), signed as two values where a p3
+// record signs one, and are otherwise p3 records. Claims placed by such an
+// operator keep building their VM after an upgrade, so they still verify.
+const legacyTemplateVersion = "p2"
 
 // LegacyPlacementVersion prefixes the signatures of placement records
 // written before the snippets, drive storage and DNS domain were recorded:
@@ -32,9 +41,14 @@ type Placement struct {
 	// and its status say them).
 	ClaimUID string `json:"-"`
 	Cluster  string `json:"cluster"`
-	// TemplateID or TemplateName names the hypervisor template.
-	TemplateID   int    `json:"templateId,omitempty"`
-	TemplateName string `json:"templateName,omitempty"`
+	// Template names the hypervisor template: the kind's reference to it
+	// (pkg/provider's SourceRecord.TemplateRef), opaque here.
+	Template string `json:"template,omitempty"`
+	// LegacyTemplate is the template as a record signed by an earlier
+	// operator names it (signature p2), nil in every record of this
+	// version. Its JSON fields are that record's own; SignPlacement does
+	// not write them, VerifyPlacement checks them.
+	*LegacyTemplate
 	// LinkedClone, Storage and Format say how and where it is cloned;
 	// ResourcePool is the hypervisor resource pool of the VM.
 	LinkedClone  bool   `json:"linkedClone,omitempty"`
@@ -63,25 +77,51 @@ type Placement struct {
 	DNSDomain string `json:"dnsDomain,omitempty"`
 }
 
-func (p Placement) fields() []string {
-	return []string{
-		p.ClaimUID, p.Cluster, strconv.Itoa(p.TemplateID), p.TemplateName, strconv.FormatBool(p.LinkedClone), p.Storage, p.Format,
+// LegacyTemplate is how a placement record signed by an earlier operator
+// (signature p2) names its template: a number and a name, meaning what the
+// hypervisor kind says (pkg/provider's SourceRecord.Number and Name), the
+// other zero.
+type LegacyTemplate struct {
+	Number int    `json:"templateId,omitempty"`
+	Name   string `json:"templateName,omitempty"`
+}
+
+// fields are the signed values of p, with template the signed form of its
+// template: one value in a p3 record, two in a p2 one.
+func (p Placement) fields(template ...string) []string {
+	out := append([]string{p.ClaimUID, p.Cluster}, template...)
+	return append(out, strconv.FormatBool(p.LinkedClone), p.Storage, p.Format,
 		p.ResourcePool, p.Bridge, strconv.Itoa(p.VLAN), p.NICModel, strconv.Itoa(p.CPUCores),
 		strconv.FormatInt(p.MemoryBytes, 10), strconv.FormatInt(p.DiskBytes, 10),
 		p.VendorSnippet, p.UserSnippet, p.DriveStorage, p.DNSDomain,
-	}
+	)
 }
 
 // SignPlacement returns the MAC that proves p was written by this install
 // for the claim p.ClaimUID. The claim controller stores it with the record
-// in an annotation that tenants can write; a record whose MAC does not
-// verify for the claim's own UID and its VM's cluster is never used.
+// in the claim's status; a record whose MAC does not verify for the
+// claim's own UID and its VM's cluster is never used. It covers
+// p.Template; p.LegacyTemplate must be nil (a record that carries one
+// never verifies with this version's MAC).
 func (s *Signer) SignPlacement(p Placement) string {
-	return s.signRecord(placementPurpose, placementVersion, p.fields())
+	return s.signRecord(placementPurpose, placementVersion, p.fields(p.Template))
 }
 
 // VerifyPlacement reports whether sig is this install's MAC over p, made
-// with any key of the ring, compared in constant time.
+// with any key of the ring, compared in constant time: a p3 MAC over a
+// record naming its template by Template alone, or the p2 MAC of an
+// earlier operator over one naming it by LegacyTemplate alone (a record
+// with neither is verified in the form its signature says).
 func (s *Signer) VerifyPlacement(p Placement, sig string) bool {
-	return s.verifyRecord(placementPurpose, placementVersion, p.fields(), sig)
+	if strings.HasPrefix(sig, legacyTemplateVersion+".") {
+		if p.Template != "" {
+			return false
+		}
+		var t LegacyTemplate
+		if p.LegacyTemplate != nil {
+			t = *p.LegacyTemplate
+		}
+		return s.verifyRecord(placementPurpose, legacyTemplateVersion, p.fields(strconv.Itoa(t.Number), t.Name), sig)
+	}
+	return p.LegacyTemplate == nil && s.verifyRecord(placementPurpose, placementVersion, p.fields(p.Template), sig)
 }

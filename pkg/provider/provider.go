@@ -36,6 +36,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"path"
 	"strconv"
 	"strings"
@@ -297,12 +298,49 @@ type TemplateSource struct {
 }
 
 // SourceRecord is a kind's naming of a template as the signed placement
-// record holds it (pkg/ownership.Placement, whose fields these are): a
+// record holds it (pkg/ownership.Placement: the number and the name as its
+// opaque Template, TemplateRef; the others as fields of their own): a
 // number, a name, a full clone's storage and format, a pool, each meaning
 // what the kind says and empty where it has none.
 type SourceRecord struct {
 	Number                      int
 	Name, Storage, Format, Pool string
+}
+
+// TemplateRef is the template rec names, its Number and Name as the kind
+// recorded them, in one string: the template reference of a claim's
+// placement record (pkg/ownership.Placement.Template), which stores and
+// signs it without reading it. Empty when rec names no template, the
+// number alone when it has no name, else "<number>/<name>" (a name may
+// hold "/", a number never does): each Number and Name gives one string.
+func (r SourceRecord) TemplateRef() string {
+	switch {
+	case r.Name != "":
+		return strconv.Itoa(r.Number) + "/" + r.Name
+	case r.Number != 0:
+		return strconv.Itoa(r.Number)
+	}
+	return ""
+}
+
+// WithTemplateRef is rec naming the template ref names, ref being what
+// TemplateRef returned; an error for any other string, so that a template
+// is read back only as it was recorded.
+func (r SourceRecord) WithTemplateRef(ref string) (SourceRecord, error) {
+	number, name, _ := strings.Cut(ref, "/")
+	out := r
+	out.Number, out.Name = 0, name
+	if number != "" {
+		n, err := strconv.Atoi(number)
+		if err != nil {
+			return r, fmt.Errorf("template reference %q: its number: %w", ref, err)
+		}
+		out.Number = n
+	}
+	if out.TemplateRef() != ref {
+		return r, fmt.Errorf("template reference %q is not one a SourceRecord gives (%q)", ref, out.TemplateRef())
+	}
+	return out, nil
 }
 
 // SourceSettings is what a kind's TemplateSource.Settings implement: a

@@ -337,7 +337,7 @@ func guestJSON(ctx context.Context, w *devenv.World, vmid int, out any, argv ...
 // sshAuthorizedKeys) and ciupgrade 0; Proxmox's own cloud-init drive (the
 // simulator generates it as qemu-server does) carries them and, as
 // vendor-data, the static kit the platform team placed on a snippets
-// storage (cloudinit.ProxmoxKit, here with the GitHub simulator's CA); the
+// storage (kit.VendorData of pkg/provider/proxmox/kit, here with the GitHub simulator's CA); the
 // operator places the agent's configuration through the guest agent into
 // /run/hyperfleet, where the kit's path unit starts the agent. The guest's
 // network is exactly the two allocations (probeDualStack), as with the

@@ -49,7 +49,7 @@ func RecordPlacement(claim *hfv1.MachineClaim, signer *ownership.Signer, cluster
 func placementOf(spec *provider.VMSpec) ownership.Placement {
 	src := provider.RecordSource(spec.Source)
 	p := ownership.Placement{
-		TemplateID: src.Number, TemplateName: src.Name, LinkedClone: spec.Source.Linked,
+		Template: src.TemplateRef(), LinkedClone: spec.Source.Linked,
 		Storage: src.Storage, Format: src.Format, ResourcePool: src.Pool,
 		Bridge: spec.Network.Bridge, VLAN: spec.Network.VLAN, NICModel: spec.Network.Model,
 		CPUCores: spec.CPUCores, MemoryBytes: spec.MemoryBytes, DiskBytes: spec.DiskBytes,
@@ -69,16 +69,32 @@ func placementOf(spec *provider.VMSpec) ownership.Placement {
 // claim, the rest runs inside the tenant's own VM (the allow-lists do not
 // cover it). The DNS domain is applied to the claim's template and cluster
 // (withPlacedDomain), which the cloud-init and the claim's status read.
-func ApplyPlacement(spec *provider.VMSpec, p ownership.Placement) {
-	spec.Source = provider.TemplateSource{Linked: p.LinkedClone, Settings: provider.SourceFromRecord(spec.Source.Settings, provider.SourceRecord{
-		Number: p.TemplateID, Name: p.TemplateName, Storage: p.Storage, Format: p.Format, Pool: p.ResourcePool,
-	})}
+// p is a verified record (readPlacement): an error is a template
+// reference no operator wrote.
+func ApplyPlacement(spec *provider.VMSpec, p ownership.Placement) error {
+	src, err := placedSource(p)
+	if err != nil {
+		return err
+	}
+	spec.Source = provider.TemplateSource{Linked: p.LinkedClone, Settings: provider.SourceFromRecord(spec.Source.Settings, src)}
 	spec.Network.Bridge, spec.Network.VLAN, spec.Network.Model = p.Bridge, p.VLAN, p.NICModel
 	spec.CPUCores, spec.MemoryBytes, spec.DiskBytes = p.CPUCores, p.MemoryBytes, p.DiskBytes
 	spec.MemoryHint = p.MemoryBytes
 	if n := spec.Native; n != nil {
 		n.VendorData, n.UserData, n.Storage = p.VendorSnippet, p.UserSnippet, p.DriveStorage
 	}
+	return nil
+}
+
+// placedSource is the kind's record of the template source p holds: its
+// template reference (ownership.Placement.Template) read back, with the
+// full clone's storage and format and the pool.
+func placedSource(p ownership.Placement) (provider.SourceRecord, error) {
+	src, err := provider.SourceRecord{Storage: p.Storage, Format: p.Format, Pool: p.ResourcePool}.WithTemplateRef(p.Template)
+	if err != nil {
+		return src, fmt.Errorf("its template: %w", err)
+	}
+	return src, nil
 }
 
 // withPlacedDomain returns tmpl and cluster as a placed claim's VM is built
@@ -184,6 +200,21 @@ func (rv reservations) readPlacement(claim *hfv1.MachineClaim) (ownership.Placem
 	p.ClaimUID = string(claim.UID)
 	if rv.signer == nil || !rv.signer.VerifyPlacement(p, sig) {
 		return ownership.Placement{}, fmt.Errorf("its signature does not verify for this claim (written by someone other than this operator, edited, or copied from another claim)")
+	}
+	return withTemplateRef(p)
+}
+
+// withTemplateRef is a verified record p with its template in this
+// version's form: a record an earlier operator wrote names it by a number
+// and a name (ownership.LegacyTemplate), which become its template
+// reference, as the kind recorded them then. An error is a template
+// reference that does not read back.
+func withTemplateRef(p ownership.Placement) (ownership.Placement, error) {
+	if t := p.LegacyTemplate; t != nil {
+		p.Template, p.LegacyTemplate = provider.SourceRecord{Number: t.Number, Name: t.Name}.TemplateRef(), nil
+	}
+	if _, err := placedSource(p); err != nil {
+		return ownership.Placement{}, err
 	}
 	return p, nil
 }

@@ -72,7 +72,7 @@ func TestTemplateEditDuringTheCloneNeverReachesTheVM(t *testing.T) {
 				t.Fatalf("%d clone requests reached the simulator before the edit: the edit would come too late", n)
 			}
 			rec := placed.Status.PlacementRecord
-			if !strings.Contains(rec, `"signature":"p2.`) {
+			if !strings.Contains(rec, `"signature":"p3.`) {
 				t.Fatalf("placement record %q is not signed", rec)
 			}
 			w.editTemplate(edit)

@@ -3,6 +3,7 @@ package machineclaim
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -76,7 +77,9 @@ func TestPlacementRecordRoundTrip(t *testing.T) {
 	edited.Network.Bridge, edited.Network.VLAN, edited.Network.Model = "vmbr9", 4000, "e1000"
 	edited.CPUCores, edited.MemoryBytes, edited.DiskBytes, edited.MemoryHint = 64, 256<<30, 4<<40, 256<<30
 	edited.Native.VendorData, edited.Native.UserData, edited.Native.Storage = "local:snippets/team-b-kit.yaml", "local:snippets/team-b.yaml", "team-b-storage"
-	ApplyPlacement(edited, p)
+	if err := ApplyPlacement(edited, p); err != nil {
+		t.Fatal(err)
+	}
 	want := authorizedSpec()
 	if edited.Source != want.Source || edited.Network != want.Network || edited.CPUCores != want.CPUCores ||
 		edited.MemoryBytes != want.MemoryBytes || edited.DiskBytes != want.DiskBytes || edited.MemoryHint != want.MemoryHint || edited.Name != want.Name {
@@ -92,10 +95,76 @@ func TestPlacementRecordRoundTrip(t *testing.T) {
 	// NoCloud seed is the tenant's own cloud-init.
 	iso := authorizedSpec()
 	iso.Native = nil
-	ApplyPlacement(iso, p)
+	if err := ApplyPlacement(iso, p); err != nil {
+		t.Fatal(err)
+	}
 	if iso.Native != nil {
 		t.Fatalf("a spec without native cloud-init got %+v", iso.Native)
 	}
+}
+
+// legacyRecordByID and legacyRecordByName are what the operator before
+// the opaque template reference wrote (signature p2) for placedClaim("1")
+// with testPlacementSigner(t, 1), placing authorizedSpec and
+// authorizedDomain on pve-a; the second with the template named
+// debian-12-ci instead of 9000.
+const (
+	legacyRecordByID = `{"cluster":"pve-a","templateId":9000,"storage":"local-lvm","format":"raw","resourcePool":"ci","bridge":"vmbr0","vlan":100,` +
+		`"nicModel":"virtio","cpuCores":2,"memoryBytes":2147483648,"diskBytes":42949672960,"vendorSnippet":"local:snippets/kit.yaml",` +
+		`"userSnippet":"local:snippets/team-a.yaml","driveStorage":"local-lvm","dnsDomain":"team-a.ci.example.com","signature":"p2.1.nvuurpQiMTwwAAn_FvflehuLyQ2j7jnnhg3AM8DIbak"}`
+	legacyRecordByName = `{"cluster":"pve-a","templateName":"debian-12-ci","storage":"local-lvm","format":"raw","resourcePool":"ci","bridge":"vmbr0","vlan":100,` +
+		`"nicModel":"virtio","cpuCores":2,"memoryBytes":2147483648,"diskBytes":42949672960,"vendorSnippet":"local:snippets/kit.yaml",` +
+		`"userSnippet":"local:snippets/team-a.yaml","driveStorage":"local-lvm","dnsDomain":"team-a.ci.example.com","signature":"p2.1.mVGm8DVqFjseAu7maW7citSFIOfmrQqQXmop0buIEl8"}`
+)
+
+// TestLegacyPlacementRecord: a claim placed by the operator before the
+// opaque template reference keeps building its VM after an upgrade: its
+// record, in status or in the annotation, verifies, and applying it gives
+// the template it named, by id or by name, with every other authorized
+// value. (Edits of such a record are refused in
+// TestPlacementRecordRefusals.)
+func TestLegacyPlacementRecord(t *testing.T) {
+	signer := testPlacementSigner(t, 1)
+	for name, tc := range map[string]struct {
+		record string
+		want   proxmox.TemplateRef
+	}{
+		"by id":   {legacyRecordByID, proxmox.TemplateRef{ID: 9000, Storage: "local-lvm", Format: "raw", ResourcePool: "ci"}},
+		"by name": {legacyRecordByName, proxmox.TemplateRef{Name: "debian-12-ci", Storage: "local-lvm", Format: "raw", ResourcePool: "ci"}},
+	} {
+		for _, annotated := range []bool{false, true} {
+			claim := placedClaim("1")
+			if annotated {
+				claim.Annotations = map[string]string{hfv1.PlacementAnnotation: tc.record}
+			} else {
+				claim.Status.PlacementRecord = tc.record
+			}
+			r := &Reconciler{Signer: signer, Recorder: record.NewFakeRecorder(8)}
+			p, err := r.reservations().verifiedPlacement(context.Background(), &claimScope{claim: claim, claimEnv: r.env()})
+			if err != nil {
+				t.Fatalf("%s (annotation %v): the earlier operator's record is refused: %v", name, annotated, err)
+			}
+			spec := authorizedSpec()
+			spec.Source = provider.TemplateSource{Linked: true, Settings: proxmox.TemplateRef{ID: 9001, Storage: "local", ResourcePool: "infra"}}
+			spec.Network.Bridge = "vmbr9"
+			if err := ApplyPlacement(spec, p); err != nil {
+				t.Fatal(err)
+			}
+			if want := (provider.TemplateSource{Settings: tc.want}); spec.Source != want || spec.Network != authorizedSpec().Network || p.DNSDomain != authorizedDomain {
+				t.Errorf("%s (annotation %v): applied record gives source %+v, network %+v, domain %q; want %+v, the authorized network and %q",
+					name, annotated, spec.Source, spec.Network, p.DNSDomain, want, authorizedDomain)
+			}
+		}
+	}
+}
+
+// signedPlacement is p as RecordPlacement writes it, signed by signer.
+func signedPlacement(signer *ownership.Signer, p ownership.Placement) string {
+	raw, err := json.Marshal(placementRecord{Placement: p, Signature: signer.SignPlacement(p)})
+	if err != nil {
+		panic(err)
+	}
+	return string(raw)
 }
 
 // TestPlacementRecordRefusals: a record that is missing, unreadable, made
@@ -130,10 +199,11 @@ func TestPlacementRecordRefusals(t *testing.T) {
 		"unknown field":   {value: ptr.To(edit(`"signature"`, `"extra":1,"signature"`)), reason: "not a placement record"},
 		"trailing data":   {value: ptr.To(signed + `{}`), reason: "not a placement record"},
 		"unsigned":        {value: ptr.To(`{"cluster":"pve-a","templateId":9000,"bridge":"vmbr0"}`), reason: "signature missing"},
-		"made up":         {value: ptr.To(edit(`"signature":"p2.1.`, `"signature":"p2.1.AAAA`)), reason: "does not verify"},
+		"made up":         {value: ptr.To(edit(`"signature":"p3.1.`, `"signature":"p3.1.AAAA`)), reason: "does not verify"},
 		"bridge edited":   {value: ptr.To(edit(`"bridge":"vmbr0"`, `"bridge":"vmbr9"`)), reason: "does not verify"},
 		"vlan edited":     {value: ptr.To(edit(`"vlan":100`, `"vlan":4000`)), reason: "does not verify"},
-		"template":        {value: ptr.To(edit(`"templateId":9000`, `"templateId":9001`)), reason: "does not verify"},
+		"template":        {value: ptr.To(edit(`"template":"9000"`, `"template":"9001"`)), reason: "does not verify"},
+		"template as p2":  {value: ptr.To(edit(`"template":"9000"`, `"templateId":9000`)), reason: "does not verify"},
 		"storage":         {value: ptr.To(edit(`"storage":"local-lvm"`, `"storage":"local"`)), reason: "does not verify"},
 		"pool":            {value: ptr.To(edit(`"resourcePool":"ci"`, `"resourcePool":"infra"`)), reason: "does not verify"},
 		"cores":           {value: ptr.To(edit(`"cpuCores":2`, `"cpuCores":64`)), reason: "does not verify"},
@@ -142,12 +212,17 @@ func TestPlacementRecordRefusals(t *testing.T) {
 		"user snippet":    {value: ptr.To(edit(`"userSnippet":"local:snippets/team-a.yaml"`, `"userSnippet":"local:snippets/team-b.yaml"`)), reason: "does not verify"},
 		"drive storage":   {value: ptr.To(edit(`"driveStorage":"local-lvm"`, `"driveStorage":"team-b-storage"`)), reason: "does not verify"},
 		"dns domain":      {value: ptr.To(edit(`"dnsDomain":"team-a.ci.example.com"`, `"dnsDomain":"team-b.ci.example.com"`)), reason: "does not verify"},
-		"earlier version": {value: ptr.To(edit(`"signature":"p2.`, `"signature":"p1.`)), reason: "earlier HyperFleet version"},
+		"earlier version": {value: ptr.To(edit(`"signature":"p3.`, `"signature":"p1.`)), reason: "earlier HyperFleet version"},
+		"p2 relabelled":   {value: ptr.To(edit(`"signature":"p3.`, `"signature":"p2.`)), reason: "does not verify"},
 		"other claim":     {value: ptr.To(other.Status.PlacementRecord), reason: "does not verify"},
 		"other install":   {value: ptr.To(foreign.Status.PlacementRecord), reason: "does not verify"},
 		"other cluster":   {value: ptr.To(edit(`"cluster":"pve-a"`, `"cluster":"pve-b"`)), reason: "names HypervisorCluster pve-b"},
 		"VM moved":        {value: ptr.To(signed), cluster: "pve-b", reason: "names HypervisorCluster pve-a"},
-		"reservation id":  {value: ptr.To(strings.Replace(signed, `"p2.1.`, `"r2.1.`, 1)), reason: "does not verify"},
+		"reservation id":  {value: ptr.To(strings.Replace(signed, `"p3.1.`, `"r2.1.`, 1)), reason: "does not verify"},
+		"p2 edited":       {value: ptr.To(strings.Replace(legacyRecordByID, `"templateId":9000`, `"templateId":9001`, 1)), reason: "does not verify"},
+		"p2 and p3":       {value: ptr.To(strings.Replace(legacyRecordByID, `"templateId":9000`, `"templateId":9000,"template":"9000"`, 1)), reason: "does not verify"},
+		"p2 as p3":        {value: ptr.To(strings.Replace(legacyRecordByID, `"templateId":9000`, `"template":"9000"`, 1)), reason: "does not verify"},
+		"bad template":    {value: ptr.To(signedPlacement(signer, ownership.Placement{ClaimUID: "uid-1", Cluster: "pve-a", Template: "09000"})), reason: "its template"},
 	}
 	for name, tc := range cases {
 		for _, field := range []string{"status.placementRecord", "annotation " + hfv1.PlacementAnnotation} {

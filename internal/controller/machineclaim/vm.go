@@ -130,7 +130,9 @@ func vmCallFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, c
 	}
 	spec.Native = vmspec.Native(tmpl, cluster, vmspec.DNS(cluster, tmpl), vmspec.ClaimVars(workloads, claim, tmpl, cluster, addrs))
 	if placed != nil {
-		ApplyPlacement(spec, *placed)
+		if err := ApplyPlacement(spec, *placed); err != nil {
+			return nil, fmt.Errorf("placement record: %w", err)
+		}
 	}
 	return &vmCall{spec: spec, prev: prev, tmpl: tmpl, cluster: cluster}, nil
 }

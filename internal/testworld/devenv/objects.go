@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox/kit"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -281,8 +281,8 @@ func (w *World) putKit() error {
 	if w.opts.GuestImage == nil {
 		return errors.New("devenv: ProxmoxDelivery needs GuestImage: only a real guest runs cloud-init")
 	}
-	kit := string(cloudinit.ProxmoxKit(true)) + w.caCerts()
-	if _, err := w.Proxmox.PutSnippet("local", w.Proxmox.State().Nodes[0].Name, kitFile, []byte(kit)); err != nil {
+	snippet := string(kit.VendorData(true)) + w.caCerts()
+	if _, err := w.Proxmox.PutSnippet("local", w.Proxmox.State().Nodes[0].Name, kitFile, []byte(snippet)); err != nil {
 		return fmt.Errorf("devenv: place the static kit: %w", err)
 	}
 	return nil

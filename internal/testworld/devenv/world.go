@@ -158,7 +158,7 @@ type Options struct {
 	// spec.cloudInit.delivery to proxmox: no ISO, Proxmox's own
 	// cloud-init drive, and as vendor-data the snippet KitSnippet, which
 	// the world places on the simulator's local storage as an admin
-	// would: cloudinit.ProxmoxKit plus the GitHub simulator's CA (what
+	// would: kit.VendorData (pkg/provider/proxmox/kit) plus the GitHub simulator's CA (what
 	// the template's userData carries otherwise, which delivery proxmox
 	// refuses).
 	ProxmoxDelivery bool

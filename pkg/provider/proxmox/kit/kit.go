@@ -1,36 +1,34 @@
-package cloudinit
+// Package kit is the static vendor-data kit of Proxmox VE's own cloud-init
+// delivery (spec.cloudInit.delivery: proxmox; docs/cloud-init.md,
+// "Delivery"): the cloud-config a platform team puts on a snippets storage
+// once, which `hyperfleet proxmox-kit` prints. It is a package of its own
+// so that the Proxmox provider does not link the cloud-init renderer.
+package kit
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 )
 
-// Where the agent's configuration arrives, and what starts the agent, under
-// spec.cloudInit.delivery: proxmox (docs/cloud-init.md, "Delivery").
+// What starts the agent under delivery proxmox.
 const (
-	// GuestAgentConfigPath is where the operator places the agent's
-	// configuration through the hypervisor's guest channel: in the
-	// root-only tmpfs directory the VM's secrets arrive in, so that the
-	// file never rests on a disk or on a storage and no Proxmox config
-	// field (all readable with VM.Audit) carries it.
-	GuestAgentConfigPath = agentconfig.SecretsDir + "/agent.json"
 	// AgentPathUnitName is the systemd path unit that starts the agent
-	// once GuestAgentConfigPath has been written.
+	// once cloudinit.GuestAgentConfigPath has been written.
 	AgentPathUnitName = "hyperfleet-agent.path"
 	// AgentPathUnitPath is where the kit writes that path unit.
 	AgentPathUnitPath = "/etc/systemd/system/" + AgentPathUnitName
 )
 
-// ProxmoxKit is the static cloud-config a platform team puts on a
+// VendorData is the static cloud-config a platform team puts on a
 // Proxmox snippets storage for templates with spec.cloudInit.delivery:
 // proxmox, named by spec.cloudInit.proxmox.vendorSnippet (Proxmox's
 // cicustom vendor=...). It is what the NoCloud ISO's user-data writes per
 // VM minus everything per VM: the agent's unit, reading its configuration
-// from GuestAgentConfigPath, and a path unit that starts it when the
-// operator has written that file. Proxmox's API cannot write snippets, so
-// the operator never writes it: it prints it (hyperfleet proxmox-kit,
+// from cloudinit.GuestAgentConfigPath, and a path unit that starts it when
+// the operator has written that file. Proxmox's API cannot write snippets,
+// so the operator never writes it: it prints it (hyperfleet proxmox-kit,
 // cmd/hyperfleet) for the platform team to copy.
 //
 // Vendor-data, not user-data: a cicustom user= snippet replaces Proxmox's
@@ -47,23 +45,23 @@ const (
 // provider.ErrGuestNotReady, and is retried; no write can land before the
 // watch. The agent removes its configuration once it has read it.
 //
-// powerOff is Vars.PowerOffOnFinish: the agent unit then stops the VM
-// however it ends, as the ISO's unit does.
-func ProxmoxKit(powerOff bool) []byte {
+// powerOff is cloudinit.Vars.PowerOffOnFinish: the agent unit then stops
+// the VM however it ends, as the ISO's unit does.
+func VendorData(powerOff bool) []byte {
 	var b strings.Builder
 	b.WriteString(`#cloud-config
 # HyperFleet's static kit for templates with spec.cloudInit.delivery: proxmox.
 # Place it on a storage with snippets content and name it in the template's
 # spec.cloudInit.proxmox.vendorSnippet (docs/cloud-init.md, "Delivery").
-# The operator places the agent's per-VM configuration in ` + GuestAgentConfigPath + `
+# The operator places the agent's per-VM configuration in ` + cloudinit.GuestAgentConfigPath + `
 # through the QEMU guest agent; nothing per VM, and no secret, is in here.
 write_files:
-  - path: ` + AgentUnitPath + `
+  - path: ` + cloudinit.AgentUnitPath + `
     owner: root:root
     permissions: '0644'
     content: |
 `)
-	writeIndented(&b, agentUnitAt(GuestAgentConfigPath, powerOff), "      ")
+	writeIndented(&b, cloudinit.GuestAgentUnit(powerOff), "      ")
 	b.WriteString(`  - path: ` + AgentPathUnitPath + `
     owner: root:root
     permissions: '0644'
@@ -86,11 +84,13 @@ func agentPathUnit() string {
 Description=HyperFleet agent: start once the operator has placed the VM's configuration
 
 [Path]
-PathChanged=` + GuestAgentConfigPath + `
-Unit=` + AgentUnitName + `
+PathChanged=` + cloudinit.GuestAgentConfigPath + `
+Unit=` + cloudinit.AgentUnitName + `
 `
 }
 
+// writeIndented writes text into a YAML literal block: each line indented,
+// empty lines left empty (no trailing blanks).
 func writeIndented(b *strings.Builder, text, indent string) {
 	for line := range strings.SplitSeq(strings.TrimSuffix(text, "\n"), "\n") {
 		if line == "" {
@@ -99,15 +99,4 @@ func writeIndented(b *strings.Builder, text, indent string) {
 		}
 		b.WriteString(indent + line + "\n")
 	}
-}
-
-// AgentConfigFile is the agent's configuration for v as the file the
-// operator places at GuestAgentConfigPath under delivery proxmox: the
-// same document the NoCloud ISO's user-data writes to AgentConfigPath.
-func AgentConfigFile(v *Vars) ([]byte, error) {
-	cfg := agentConfig(v)
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("vars: the agent config they produce is invalid: %w", err)
-	}
-	return cfg.Marshal()
 }
