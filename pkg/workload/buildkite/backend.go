@@ -209,7 +209,7 @@ func AgentTags(queue string, tags []string) []string {
 
 // WebhookParser implements workload.WebhookReceiver.
 func (b *Backend) WebhookParser(secret []byte, ownerSecrets map[string][]byte) workload.WebhookParser {
-	return &WebhookParser{Secret: secret, OwnerSecrets: ownerSecrets, Clock: b.Clock}
+	return &WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: secret, OwnerSecrets: ownerSecrets}, Clock: b.Clock}
 }
 
 // Provider implements workload.Backend: the provider of scope with tmpl's

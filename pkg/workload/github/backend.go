@@ -213,7 +213,7 @@ var WebhookFormat = workload.WebhookFormat{
 
 // WebhookParser implements workload.WebhookReceiver.
 func (*Backend) WebhookParser(secret []byte, ownerSecrets map[string][]byte) workload.WebhookParser {
-	return WebhookParser{Secret: secret, OwnerSecrets: ownerSecrets}
+	return WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: secret, OwnerSecrets: ownerSecrets}}
 }
 
 // Provider implements workload.Backend: the provider of scope with tmpl's

@@ -216,7 +216,7 @@ func (*Backend) Claim(claim *hfv1.MachineClaim) workload.ClaimRunner {
 // WebhookParser implements workload.WebhookReceiver; ownerSecrets are keyed
 // by OwnerKey.
 func (*Backend) WebhookParser(secret []byte, ownerSecrets map[string][]byte) workload.WebhookParser {
-	return WebhookParser{Secret: secret, OwnerSecrets: ownerSecrets}
+	return WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: secret, OwnerSecrets: ownerSecrets}}
 }
 
 // Provider implements workload.Backend: the provider of scope with tmpl's
