@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -40,16 +39,9 @@ func run() error {
 	hookSigned := flag.Bool("webhook-signed", true, "send X-Buildkite-Signature (else the token itself as X-Buildkite-Token)")
 	flag.Parse()
 
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	var cfg buildkitesim.Config
-	if f.Config != "" {
-		raw, err := os.ReadFile(f.Config)
-		if err != nil {
-			return fmt.Errorf("read config: %w", err)
-		}
-		if err := json.Unmarshal(raw, &cfg); err != nil {
-			return fmt.Errorf("parse config %s: %w", f.Config, err)
-		}
+	cfg, err := simcmd.World(&f, func() buildkitesim.Config { return buildkitesim.Config{} }, simcmd.Decode[buildkitesim.Config](json.Unmarshal))
+	if err != nil {
+		return err
 	}
 	if *apiToken != "" {
 		cfg.APITokens = append(cfg.APITokens, buildkitesim.APIToken{Token: *apiToken, Scopes: buildkitesim.Scopes()})
@@ -57,7 +49,7 @@ func run() error {
 	if *agentBinary != "" {
 		cfg.AgentBinary = *agentBinary
 	}
-	sim := buildkitesim.New(cfg, buildkitesim.WithAdmin(f.Admin), buildkitesim.WithLogger(logger))
+	sim := buildkitesim.New(cfg, buildkitesim.WithAdmin(f.Admin), buildkitesim.WithLogger(simcmd.Logger()))
 	defer sim.Close()
 	if *hookURL != "" {
 		tok := ""

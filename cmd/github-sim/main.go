@@ -12,9 +12,7 @@ package main
 import (
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -35,19 +33,15 @@ func run() error {
 	var f simcmd.Flags
 	f.Define("127.0.0.1:8443", "YAML or JSON description of organizations, repositories, PATs, Apps, runner groups and rate limits (default: organization octo-org, repository octo-org/hello-world, PAT "+githubsim.DefaultPAT+")", "state, jobs, faults, redelivery, clock")
 	f.DefineCAOut()
-	fakeClock := flag.Bool("fake-clock", false, "run on a manually advanced clock (POST /_sim/clock/advance?by=5s)")
+	f.DefineFakeClock()
 	var hookURLs, hookSecrets multiFlag
 	flag.Var(&hookURLs, "webhook-url", "deliver workflow_job webhooks to this URL (repeatable)")
 	flag.Var(&hookSecrets, "webhook-secret-file", "file holding the webhook secret: one for all --webhook-url, or one per --webhook-url in order")
 	flag.Parse()
 
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg := githubsim.DefaultConfig()
-	if f.Config != "" {
-		var err error
-		if cfg, err = githubsim.LoadConfig(f.Config); err != nil {
-			return err
-		}
+	cfg, err := simcmd.World(&f, githubsim.DefaultConfig, githubsim.LoadConfig)
+	if err != nil {
+		return err
 	}
 	if len(hookSecrets) > 1 && len(hookSecrets) != len(hookURLs) {
 		return fmt.Errorf("give one --webhook-secret-file for all --webhook-url or one per URL (%d URLs, %d secret files)", len(hookURLs), len(hookSecrets))
@@ -74,10 +68,8 @@ func run() error {
 	if cfg.ServerURL == "" {
 		cfg.ServerURL = ln.URL
 	}
-	opts := []githubsim.Option{githubsim.WithAdmin(f.Admin), githubsim.WithLogger(logger), githubsim.WithCACertificate(caPEM)}
-	if *fakeClock {
-		opts = append(opts, githubsim.WithClock(githubsim.NewFakeClock(time.Now())))
-	}
+	opts := append([]githubsim.Option{githubsim.WithAdmin(f.Admin), githubsim.WithLogger(simcmd.Logger()), githubsim.WithCACertificate(caPEM)},
+		simcmd.ClockOption(&f, githubsim.WithClock)...)
 	sim, err := githubsim.New(cfg, opts...)
 	if err != nil {
 		return err

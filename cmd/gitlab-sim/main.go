@@ -13,9 +13,7 @@ package main
 import (
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"os"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -48,19 +46,12 @@ func run() error {
 	var f simcmd.Flags
 	f.Define("127.0.0.1:8444", "YAML or JSON world (users, groups, projects, tokens, rate limit; see the simulator's README.md); default: project acme/platform/app and token glpat-simulator000000000000 of the administrator root", "pipelines, hooks, tokens, faults")
 	f.DefineCAOut()
-	fakeClock := flag.Bool("fake-clock", false, "run on a manually advanced clock (POST /_sim/clock/advance?by=5s)")
+	f.DefineFakeClock()
 	flag.Parse()
 
-	cfg := defaultConfig()
-	if f.Config != "" {
-		raw, err := os.ReadFile(f.Config)
-		if err != nil {
-			return fmt.Errorf("read config: %w", err)
-		}
-		cfg = gitlabsim.Config{}
-		if err := yaml.UnmarshalStrict(raw, &cfg); err != nil {
-			return fmt.Errorf("config %s: %w", f.Config, err)
-		}
+	cfg, err := simcmd.World(&f, defaultConfig, simcmd.Decode[gitlabsim.Config](func(raw []byte, v any) error { return yaml.UnmarshalStrict(raw, v) }))
+	if err != nil {
+		return err
 	}
 	ln, err := simcmd.Listen(f.Listen, f.Insecure, f.CAOut, selfsigned.Options{CommonName: "gitlab-sim", Organization: []string{"HyperFleet GitLab simulator"}})
 	if err != nil {
@@ -72,10 +63,7 @@ func run() error {
 	if cfg.URL == "" {
 		cfg.URL = ln.URL
 	}
-	opts := []gitlabsim.Option{gitlabsim.WithAdmin(f.Admin), gitlabsim.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
-	if *fakeClock {
-		opts = append(opts, gitlabsim.WithClock(gitlabsim.NewFakeClock(time.Now())))
-	}
+	opts := append([]gitlabsim.Option{gitlabsim.WithAdmin(f.Admin), gitlabsim.WithLogger(simcmd.Logger())}, simcmd.ClockOption(&f, gitlabsim.WithClock)...)
 	sim, err := gitlabsim.New(cfg, opts...)
 	if err != nil {
 		return err

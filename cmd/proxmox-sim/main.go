@@ -11,10 +11,8 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -30,13 +28,9 @@ func run() error {
 	timings := flag.String("timings", "", "timing preset ("+strings.Join(proxmoxsim.PresetNames(), ", ")+"): task latencies, status refresh and storage lock wait; empty keeps the config's (realistic by default)")
 	flag.Parse()
 
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg := proxmoxsim.DefaultConfig()
-	if f.Config != "" {
-		var err error
-		if cfg, err = proxmoxsim.LoadConfig(f.Config); err != nil {
-			return err
-		}
+	cfg, err := simcmd.World(&f, proxmoxsim.DefaultConfig, proxmoxsim.LoadConfig)
+	if err != nil {
+		return err
 	}
 	if *timings != "" {
 		t, err := proxmoxsim.Preset(*timings)
@@ -45,7 +39,7 @@ func run() error {
 		}
 		cfg.ApplyTimings(t)
 	}
-	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(f.Admin), proxmoxsim.WithLogger(logger))
+	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(f.Admin), proxmoxsim.WithLogger(simcmd.Logger()))
 	if err != nil {
 		return err
 	}

@@ -650,7 +650,7 @@ func (n *PowerOffNotify) validate(bad func(field, format string, args ...any)) {
 		bad("powerOffNotify.claim", "needs namespace, name and uid")
 	}
 	if n.CA != "" {
-		if err := checkPEMBundle(n.CA, "the CA bundle of the operator's agent server (or leave it empty for the system roots)"); err != nil {
+		if err := CheckPEMBundle(n.CA, "the CA bundle of the operator's agent server (or leave it empty for the system roots)"); err != nil {
 			bad("powerOffNotify.ca", "%v", err)
 		}
 	}
@@ -791,11 +791,11 @@ func (s *SPIFFE) validate(secretsFile string, needBroker bool, bad func(field, f
 			bad("spiffe.spiffeID", "%q is not in trust domain %q", s.SPIFFEID, s.TrustDomain)
 		}
 	}
-	if err := checkPEMBundle(s.TrustBundle, "the SPIRE server's CA bundle"); err != nil {
+	if err := CheckPEMBundle(s.TrustBundle, "the SPIRE server's CA bundle"); err != nil {
 		bad("spiffe.trustBundle", "%v", err)
 	}
 	if s.BrokerCA != "" {
-		if err := checkPEMBundle(s.BrokerCA, "the CA bundle of the broker's server certificate (or leave it empty for the system roots)"); err != nil {
+		if err := CheckPEMBundle(s.BrokerCA, "the CA bundle of the broker's server certificate (or leave it empty for the system roots)"); err != nil {
 			bad("spiffe.brokerCA", "%v", err)
 		}
 	}
@@ -859,9 +859,12 @@ func shownURL(s string, u *url.URL, err error) string {
 	return c.String()
 }
 
-// checkPEMBundle checks that bundle is PEM CERTIFICATE blocks only;
-// what names the bundle in the fix its messages suggest.
-func checkPEMBundle(bundle, what string) error {
+// CheckPEMBundle checks that bundle is PEM CERTIFICATE blocks only, at
+// least one, each a certificate that parses: what a VM's agent accepts as
+// a trust bundle. what names the bundle in the fix its messages suggest.
+// The operator checks its own CA files with it too, so that a file the
+// agent would refuse is refused where it is read.
+func CheckPEMBundle(bundle, what string) error {
 	rest := []byte(bundle)
 	n := 0
 	for {

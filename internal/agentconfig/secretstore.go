@@ -70,7 +70,7 @@ func (s *SecretStore) validate(bad func(field, format string, args ...any)) {
 		bad("spiffe.secretStore.address", "%q must be the https:// URL of the Vault or OpenBao server, such as https://vault.example.com:8200", shownURL(s.Address, u, err))
 	}
 	if s.CABundle != "" {
-		if err := checkPEMBundle(s.CABundle, "the CA bundle the Vault server's certificate chains to"); err != nil {
+		if err := CheckPEMBundle(s.CABundle, "the CA bundle the Vault server's certificate chains to"); err != nil {
 			bad("spiffe.secretStore.caBundle", "%v; leave it empty to trust the system's roots", err)
 		}
 	}

@@ -45,10 +45,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -349,29 +347,15 @@ func checkURL(raw string) (string, error) {
 	return strings.TrimRight(raw, "/"), nil
 }
 
-// readCA reads a PEM file that must hold at least one certificate.
+// readCA reads the PEM file of the CA VMs trust: the trust bundle their
+// agent gets, so it must be one agentconfig accepts.
 func readCA(path string) (string, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("agent server: reading the CA VMs trust: %w", err)
 	}
-	rest, n := raw, 0
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		if b.Type != "CERTIFICATE" {
-			continue
-		}
-		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
-			return "", fmt.Errorf("agent server: CA file %s: %w", path, err)
-		}
-		n++
-	}
-	if n == 0 {
-		return "", fmt.Errorf("agent server: CA file %s holds no PEM certificate", path)
+	if err := agentconfig.CheckPEMBundle(string(raw), "the CA certificates VMs trust for the agent server"); err != nil {
+		return "", fmt.Errorf("agent server: CA file %s: %w", path, err)
 	}
 	return strings.TrimSpace(string(raw)) + "\n", nil
 }

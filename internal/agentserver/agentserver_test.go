@@ -278,7 +278,7 @@ func TestCAFileIsWaitedFor(t *testing.T) {
 		t.Fatalf("New with a CA file that holds no certificate yet: %v", err)
 	}
 	for _, err := range []error{s.CAError(), s.Check(nil)} {
-		if err == nil || !strings.Contains(err.Error(), "waits for the CA file") || !strings.Contains(err.Error(), "holds no PEM certificate") {
+		if err == nil || !strings.Contains(err.Error(), "waits for the CA file") || !strings.Contains(err.Error(), "holds no PEM CERTIFICATE block") {
 			t.Fatalf("error %v, want one saying the server waits for its CA file, and why", err)
 		}
 	}

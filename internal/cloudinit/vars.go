@@ -439,6 +439,21 @@ func hostIP(s string) (netip.Addr, bool) {
 	return a.Unmap(), true
 }
 
+// staticHost parses val, the address of field name that only static
+// networking takes, as an IP address without prefix (hostIP). hint ends
+// the message of an address that does not parse, static the message of a
+// NetworkMode other than static (why the field does not apply).
+func (v *Vars) staticHost(name, val, hint, static string) (netip.Addr, error) {
+	a, ok := hostIP(val)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("vars: %s %q is not an IP address%s", name, val, hint)
+	}
+	if v.NetworkMode != NetworkStatic {
+		return netip.Addr{}, fmt.Errorf("vars: %s is set but NetworkMode is %s; %s", name, v.NetworkMode, static)
+	}
+	return a, nil
+}
+
 // perVM fails for a per-VM value left empty outside canonical vars.
 func (v *Vars) perVM(name, val string) error {
 	if val == "" && !v.canonical {
@@ -533,14 +548,11 @@ func (v *Vars) check() (netVars, error) {
 		}
 	}
 	if v.StaticIP != "" {
-		a, ok := hostIP(v.StaticIP)
-		if !ok {
-			return nv, fmt.Errorf("vars: StaticIP %q is not an IP address without prefix, such as 192.0.2.10 or 2001:db8::10", v.StaticIP)
+		a, err := v.staticHost("StaticIP", v.StaticIP, " without prefix, such as 192.0.2.10 or 2001:db8::10", "it applies to static only")
+		if err != nil {
+			return nv, err
 		}
 		nv.addr = a
-		if v.NetworkMode != NetworkStatic {
-			return nv, fmt.Errorf("vars: StaticIP is set but NetworkMode is %s; it applies to static only", v.NetworkMode)
-		}
 	}
 	if v.NetworkMode == NetworkStatic {
 		maxBits := 128
@@ -552,14 +564,11 @@ func (v *Vars) check() (netVars, error) {
 		}
 	}
 	if v.Gateway != "" {
-		g, ok := hostIP(v.Gateway)
-		if !ok {
-			return nv, fmt.Errorf("vars: Gateway %q is not an IP address", v.Gateway)
+		g, err := v.staticHost("Gateway", v.Gateway, "", "DHCP supplies the gateway")
+		if err != nil {
+			return nv, err
 		}
 		nv.gateway = g
-		if v.NetworkMode != NetworkStatic {
-			return nv, fmt.Errorf("vars: Gateway is set but NetworkMode is %s; DHCP supplies the gateway", v.NetworkMode)
-		}
 		if nv.addr.IsValid() && nv.addr.Is4() != nv.gateway.Is4() {
 			return nv, fmt.Errorf("vars: Gateway %s and StaticIP %s are of different IP families", v.Gateway, v.StaticIP)
 		}

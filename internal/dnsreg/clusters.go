@@ -3,8 +3,9 @@ package dnsreg
 import (
 	"context"
 	"sort"
-	"sync"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/guardedmap"
 )
 
 // Checker is implemented by Registrars that can check their set-up without
@@ -37,29 +38,21 @@ type Cluster struct {
 // registers VMs with them and the sweep lists them. It is safe for
 // concurrent use.
 type Clusters struct {
-	mu sync.RWMutex
-	m  map[string]Cluster
+	m guardedmap.Map[string, Cluster]
 }
 
 // NewClusters returns an empty Clusters.
-func NewClusters() *Clusters { return &Clusters{m: map[string]Cluster{}} }
+func NewClusters() *Clusters { return &Clusters{} }
 
 // Set records cluster's DNS service.
-func (c *Clusters) Set(cluster string, dc Cluster) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.m[cluster] = dc
-}
+func (c *Clusters) Set(cluster string, dc Cluster) { c.m.Swap(cluster, dc) }
 
 // Get returns cluster's DNS service; false when it has none.
 func (c *Clusters) Get(cluster string) (Cluster, bool) {
 	if c == nil {
 		return Cluster{}, false
 	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	dc, ok := c.m[cluster]
-	return dc, ok
+	return c.m.Get(cluster)
 }
 
 // Registering returns the Registrar VMs on cluster are registered with;
@@ -74,25 +67,14 @@ func (c *Clusters) Registering(cluster string) (Registrar, bool) {
 }
 
 // Remove forgets cluster's DNS service.
-func (c *Clusters) Remove(cluster string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, cluster)
-}
+func (c *Clusters) Remove(cluster string) { c.m.Delete(cluster) }
 
 // Names returns the clusters that register VMs, sorted.
 func (c *Clusters) Names() []string {
 	if c == nil {
 		return nil
 	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	var out []string
-	for name, dc := range c.m {
-		if dc.Registrar != nil && dc.RegisterVMs {
-			out = append(out, name)
-		}
-	}
+	out := c.m.Keys(func(dc Cluster) bool { return dc.Registrar != nil && dc.RegisterVMs })
 	sort.Strings(out)
 	return out
 }

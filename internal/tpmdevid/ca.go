@@ -64,13 +64,9 @@ var ErrCANotDedicated = errors.New("tpmdevid: the DevID CA is not constrained to
 // (checkDedicated): spire-server's tpm_devid trusts whatever it signs as
 // a node, and so does everything else that trusts it.
 func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
-	certBlock, _ := pem.Decode(certPEM)
-	if certBlock == nil || certBlock.Type != "CERTIFICATE" {
-		return nil, errors.New("tpmdevid: the DevID CA's certificate is not a PEM CERTIFICATE")
-	}
-	cert, err := x509.ParseCertificate(certBlock.Bytes)
+	cert, err := parsePEM(certPEM, "CERTIFICATE", "certificate", x509.ParseCertificate)
 	if err != nil {
-		return nil, fmt.Errorf("tpmdevid: the DevID CA's certificate: %w", err)
+		return nil, err
 	}
 	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
 		return nil, errors.New("tpmdevid: the DevID CA's certificate is not a CA's")
@@ -78,13 +74,9 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	if err := checkDedicated(cert); err != nil {
 		return nil, err
 	}
-	keyBlock, _ := pem.Decode(keyPEM)
-	if keyBlock == nil || keyBlock.Type != "PRIVATE KEY" {
-		return nil, errors.New("tpmdevid: the DevID CA's key is not a PEM PRIVATE KEY (PKCS #8)")
-	}
-	key, err := x509.ParsePKCS8PrivateKey(keyBlock.Bytes)
+	key, err := parsePEM(keyPEM, "PRIVATE KEY", "key (PKCS #8)", x509.ParsePKCS8PrivateKey)
 	if err != nil {
-		return nil, fmt.Errorf("tpmdevid: the DevID CA's key: %w", err)
+		return nil, err
 	}
 	signer, ok := key.(crypto.Signer)
 	if !ok {
@@ -95,6 +87,21 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 		return nil, errors.New("tpmdevid: the DevID CA's key does not match its certificate")
 	}
 	return &CA{cert: cert, signer: signer}, nil
+}
+
+// parsePEM parses the first PEM block of data with parse; the block must
+// be of type typ. what names the part of the DevID CA in the errors.
+func parsePEM[T any](data []byte, typ, what string, parse func([]byte) (T, error)) (T, error) {
+	var zero T
+	b, _ := pem.Decode(data)
+	if b == nil || b.Type != typ {
+		return zero, fmt.Errorf("tpmdevid: the DevID CA's %s is not a PEM %s", what, typ)
+	}
+	v, err := parse(b.Bytes)
+	if err != nil {
+		return zero, fmt.Errorf("tpmdevid: the DevID CA's %s: %w", what, err)
+	}
+	return v, nil
 }
 
 // checkDedicated refuses a CA certificate that is not path-constrained to

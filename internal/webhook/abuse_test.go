@@ -388,7 +388,7 @@ func TestWebhookAbuseServerProcess(t *testing.T) {
 		t.Skip("the server process of TestWebhookAbuse")
 	}
 	out := &lockedWriter{w: os.Stdout}
-	recv, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: printingRecorder{out}})
+	recv, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}}, Router: routeTo("team", "gpu"), Recorder: printingRecorder{out}})
 	if err != nil {
 		t.Fatal(err)
 	}

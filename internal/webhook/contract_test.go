@@ -106,7 +106,7 @@ func TestContractOctokitExamples(t *testing.T) {
 	parsed := make(chan workload.JobEvent, 1)
 	recv, err := NewReceiver(Options{
 		Format:   github.WebhookFormat,
-		Parser:   recordingParser{WebhookParser: github.WebhookParser{Secret: testSecret}, last: parsed},
+		Parser:   recordingParser{WebhookParser: github.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}}, last: parsed},
 		Router:   router,
 		Recorder: demand.NewRecorder(e.Client, e.Client, nil),
 		Events:   events,

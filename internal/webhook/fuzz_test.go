@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
 
@@ -28,7 +29,7 @@ func FuzzReceiver(f *testing.F) {
 	rec := newFakeRecorder()
 	r, err := NewReceiver(Options{
 		Format: github.WebhookFormat,
-		Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: rec,
+		Parser: github.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}}, Router: routeTo("team", "gpu"), Recorder: rec,
 		MaxBodyBytes: 4096, QueueSize: 4, Workers: 1,
 	})
 	if err != nil {

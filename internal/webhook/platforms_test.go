@@ -53,7 +53,7 @@ func (p tokenParser) Parse(h http.Header, body []byte) (workload.JobEvent, error
 func TestServerServesEachPlatformAtItsPath(t *testing.T) {
 	certFile, keyFile, pool := writeCert(t, t.TempDir())
 	ghRec, tokRec := newFakeRecorder(), newFakeRecorder()
-	gh, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: ghRec})
+	gh, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}}, Router: routeTo("team", "gpu"), Recorder: ghRec})
 	if err != nil {
 		t.Fatal(err)
 	}

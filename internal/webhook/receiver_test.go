@@ -155,7 +155,7 @@ func newHarness(t *testing.T, router Router, mutate func(*Options)) *harness {
 	h := &harness{rec: newFakeRecorder(), events: record.NewFakeRecorder(100), logs: &logSink{}, done: make(chan struct{})}
 	opts := Options{
 		Format:   github.WebhookFormat,
-		Parser:   github.WebhookParser{Secret: testSecret},
+		Parser:   github.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}},
 		Router:   router,
 		Recorder: h.rec,
 		Events:   h.events,

@@ -127,7 +127,7 @@ func TestReceiverReplayedAndForgedDeliveries(t *testing.T) {
 
 	recv, err := NewReceiver(Options{
 		Format:   github.WebhookFormat,
-		Parser:   github.WebhookParser{Secret: testSecret},
+		Parser:   github.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}},
 		Router:   demand.NewRouter(e.Client, ciPlatforms),
 		Recorder: demand.NewRecorder(e.Client, e.Client, nil).ConfirmWebhookEvents(simReaders{provider}, 10*time.Minute),
 	})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
 
@@ -39,7 +40,7 @@ func writeCert(t *testing.T, dir string) (certFile, keyFile string, roots *x509.
 func TestServer(t *testing.T) {
 	certFile, keyFile, pool := writeCert(t, t.TempDir())
 	rec := newFakeRecorder()
-	r, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: rec})
+	r, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}}, Router: routeTo("team", "gpu"), Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestServer(t *testing.T) {
 }
 
 func TestServerBadCert(t *testing.T) {
-	r, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("a", "b"), Recorder: newFakeRecorder()})
+	r, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}}, Router: routeTo("a", "b"), Recorder: newFakeRecorder()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestReadSecretFile(t *testing.T) {
 func startTestServer(t *testing.T, limits httpsserver.Limits) (string, *tls.Config) {
 	t.Helper()
 	certFile, keyFile, pool := writeCert(t, t.TempDir())
-	r, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: newFakeRecorder()})
+	r, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}}, Router: routeTo("team", "gpu"), Recorder: newFakeRecorder()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -416,6 +416,29 @@ type WebhookParser interface {
 	Parse(header http.Header, body []byte) (JobEvent, error)
 }
 
+// WebhookSecrets are the secrets a platform's WebhookParser verifies
+// deliveries with (WebhookReceiver.WebhookParser): the owners' own, and a
+// fallback for the others. One owner's secret never verifies a delivery
+// about another owner (docs/security.md, "Webhook intake").
+type WebhookSecrets struct {
+	// Secret is the fallback for owners without their own. Empty: owners
+	// listed in OwnerSecrets only.
+	Secret []byte
+	// OwnerSecrets are the owners' own secrets, keyed by the owner's name
+	// as the platform gives it (case is ignored; see OwnerSecret).
+	OwnerSecrets map[string][]byte
+}
+
+// SecretFor is the secret a delivery about owner must be verified with,
+// and whether it is owner's own (OwnerSecret); else the fallback, nil when
+// there is none.
+func (w WebhookSecrets) SecretFor(owner string) (secret []byte, own bool) {
+	if s, ok := OwnerSecret(w.OwnerSecrets, owner); ok {
+		return s, true
+	}
+	return w.Secret, false
+}
+
 // OwnerSecret is the webhook secret of owner among secrets (a receiver's
 // secrets per owner), owners compared ignoring case whatever case the keys
 // are in, so that a key in another case never lets a shared fallback

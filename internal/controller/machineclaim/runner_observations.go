@@ -1,11 +1,11 @@
 package machineclaim
 
 import (
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hyperfleet/hyperfleet/internal/guardedmap"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -26,42 +26,30 @@ type RunnerObservation struct {
 // platform, and what a claim concluded from them is in its status
 // (docs/architecture.md, "Demand records in the API server").
 type RunnerObservations struct {
-	mu sync.RWMutex
-	m  map[types.UID]RunnerObservation
+	m guardedmap.Map[types.UID, RunnerObservation]
 }
 
 // NewRunnerObservations returns an empty store.
-func NewRunnerObservations() *RunnerObservations {
-	return &RunnerObservations{m: map[types.UID]RunnerObservation{}}
-}
+func NewRunnerObservations() *RunnerObservations { return &RunnerObservations{} }
 
 // Get returns the claim's latest observation.
 func (o *RunnerObservations) Get(uid types.UID) (RunnerObservation, bool) {
 	if o == nil {
 		return RunnerObservation{}, false
 	}
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	v, ok := o.m[uid]
-	return v, ok
+	return o.m.Get(uid)
 }
 
 // Set records an observation and reports whether it differs from the
 // previous one in what it says (presence or state).
 func (o *RunnerObservations) Set(uid types.UID, v RunnerObservation) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	old, ok := o.m[uid]
-	o.m[uid] = v
+	old, ok := o.m.Swap(uid, v)
 	return !ok || old.Present != v.Present || old.State != v.State
 }
 
 // Forget drops a claim's observation.
 func (o *RunnerObservations) Forget(uid types.UID) {
-	if o == nil {
-		return
+	if o != nil {
+		o.m.Delete(uid)
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.m, uid)
 }

@@ -3,7 +3,11 @@ package simcmd
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/simclock"
 )
 
 // Main runs a simulator command: run's error, prefixed with the command's
@@ -28,6 +32,9 @@ type Flags struct {
 	// CAOut is where the CA's PEM is written (--ca-out); only the
 	// commands that call DefineCAOut take it.
 	CAOut string
+	// FakeClock runs the simulator on a manually advanced clock
+	// (--fake-clock); only the commands that call DefineFakeClock take it.
+	FakeClock bool
 }
 
 // Define defines the common flags on the command line: listen is
@@ -54,3 +61,47 @@ func (f *Flags) AdminAPI() string {
 	}
 	return "disabled"
 }
+
+// DefineFakeClock defines --fake-clock, for the commands whose simulator
+// can run on a simclock.FakeClock (see ClockOption).
+func (f *Flags) DefineFakeClock() {
+	flag.BoolVar(&f.FakeClock, "fake-clock", false, "run on a manually advanced clock (POST /_sim/clock/advance?by=5s)")
+}
+
+// ClockOption is the option, made with the simulator's WithClock, that
+// puts it on a fake clock starting now when --fake-clock is set; none
+// otherwise (the simulator's real clock).
+func ClockOption[O any](f *Flags, withClock func(simclock.Clock) O) []O {
+	if !f.FakeClock {
+		return nil
+	}
+	return []O{withClock(simclock.NewFakeClock(time.Now()))}
+}
+
+// World is the simulated world a command serves: def's without --config,
+// else what load reads from the --config file.
+func World[C any](f *Flags, def func() C, load func(path string) (C, error)) (C, error) {
+	if f.Config == "" {
+		return def(), nil
+	}
+	return load(f.Config)
+}
+
+// Decode is World's load for a simulator whose configuration is a plain
+// document: the file decoded with unmarshal into a zero C.
+func Decode[C any](unmarshal func([]byte, any) error) func(path string) (C, error) {
+	return func(path string) (C, error) {
+		var c C
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("read config: %w", err)
+		}
+		if err := unmarshal(raw, &c); err != nil {
+			return c, fmt.Errorf("config %s: %w", path, err)
+		}
+		return c, nil
+	}
+}
+
+// Logger is the simulators' log: text on stderr.
+func Logger() *slog.Logger { return slog.New(slog.NewTextHandler(os.Stderr, nil)) }

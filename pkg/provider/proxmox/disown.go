@@ -28,13 +28,9 @@ import (
 // config changed in between (by an admin, a task) is refused rather than
 // overwritten, and read again on the next call.
 func (p *Provider) DisownVM(ctx context.Context, owner provider.Owner, at provider.VMRef) (*provider.DisownResult, error) {
-	ref, node, err := p.resolveRef(ctx, at)
+	ref, node, cfg, err := p.resolveConfig(ctx, at, "before releasing it")
 	if err != nil {
 		return nil, err
-	}
-	cfg, err := p.api.config(ctx, node, ref.VMID)
-	if err != nil {
-		return nil, fmt.Errorf("read VM %d on node %s before releasing it: %w", ref.VMID, node, err)
 	}
 	if l := cfg["lock"]; l != "" {
 		return &provider.DisownResult{RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked (%s); waiting to release it", ref.VMID, l)}, nil

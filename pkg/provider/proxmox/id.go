@@ -88,6 +88,23 @@ func (p *Provider) resolveRef(ctx context.Context, at provider.VMRef) (vmRef, st
 	return ref, node, err
 }
 
+// resolveConfig resolves at (resolveRef) and reads its VM's config; why,
+// when not empty, says in the error what the config was read for.
+func (p *Provider) resolveConfig(ctx context.Context, at provider.VMRef, why string) (vmRef, string, vmConfig, error) {
+	ref, node, err := p.resolveRef(ctx, at)
+	if err != nil {
+		return vmRef{}, "", nil, err
+	}
+	cfg, err := p.api.config(ctx, node, ref.VMID)
+	if err != nil {
+		if why != "" {
+			why = " " + why
+		}
+		return vmRef{}, "", nil, fmt.Errorf("read VM %d on node %s%s: %w", ref.VMID, node, why, err)
+	}
+	return ref, node, cfg, nil
+}
+
 // CheckRef implements provider.Provider: ref must be a Proxmox VM id in
 // the cluster's vmidRange, on a node placement may use (or no node).
 func (p *Provider) CheckRef(at provider.VMRef) error {

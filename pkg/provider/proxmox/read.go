@@ -65,13 +65,9 @@ func powerState(status string) provider.PowerState {
 // GetVM implements provider.Provider: the config (for the marker) and the
 // current status (for power, lock and uptime).
 func (p *Provider) GetVM(ctx context.Context, at provider.VMRef) (*provider.VM, error) {
-	ref, node, err := p.resolveRef(ctx, at)
+	ref, node, cfg, err := p.resolveConfig(ctx, at, "")
 	if err != nil {
 		return nil, err
-	}
-	cfg, err := p.api.config(ctx, node, ref.VMID)
-	if err != nil {
-		return nil, fmt.Errorf("read VM %d on node %s: %w", ref.VMID, node, err)
 	}
 	st, err := p.api.status(ctx, node, ref.VMID)
 	if err != nil {

@@ -38,25 +38,18 @@ const (
 	defaultArch          = "amd64"
 )
 
-// reasonCredentialsInvalid: the template's Buildkite settings cannot make
-// a client (an API URL that does not parse).
-const reasonCredentialsInvalid = "BuildkiteCredentialsInvalid"
-
 // Backend is Buildkite as a workload.Backend. Register it under
 // hfv1.WorkloadBuildkite with NewBackend.
 type Backend struct {
 	platformbackend.Base[*Provider]
 }
 
-var (
-	_ workload.Backend         = (*Backend)(nil)
-	_ workload.WebhookReceiver = (*Backend)(nil)
-)
+var _ workload.WebhookReceiver = (*Backend)(nil)
 
 // NewBackend is the workload.Factory of Buildkite.
-var NewBackend = platformbackend.Factory(platformbackend.Identity{
-	Name: "Buildkite", TemplateField: templateField, ReasonCredentialsInvalid: reasonCredentialsInvalid,
-}, func(base platformbackend.Base[*Provider]) *Backend { return &Backend{Base: base} })
+var NewBackend = platformbackend.Factory[*Provider, Backend](platformbackend.Identity{
+	Name: "Buildkite", TemplateField: templateField, Webhooks: WebhookFormat,
+})
 
 // Template implements workload.Backend for a template with a
 // spec.bootstrap.buildkite.
@@ -214,12 +207,9 @@ func AgentTags(queue string, tags []string) []string {
 	return append(out, tags...)
 }
 
-// WebhookFormat implements workload.WebhookReceiver.
-func (*Backend) WebhookFormat() workload.WebhookFormat { return WebhookFormat }
-
 // WebhookParser implements workload.WebhookReceiver.
 func (b *Backend) WebhookParser(secret []byte, ownerSecrets map[string][]byte) workload.WebhookParser {
-	return &WebhookParser{Secret: secret, OwnerSecrets: ownerSecrets, Clock: b.Clock}
+	return &WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: secret, OwnerSecrets: ownerSecrets}, Clock: b.Clock}
 }
 
 // Provider implements workload.Backend: the provider of scope with tmpl's

@@ -74,10 +74,9 @@ var WebhookFormat = workload.WebhookFormat{
 // field), which the signature covers; an X-Buildkite-Event header that
 // says otherwise is refused (signedEvent).
 type WebhookParser struct {
-	// Secret is the fallback secret; empty: listed organizations only.
-	Secret []byte
-	// OwnerSecrets are secrets per organization slug.
-	OwnerSecrets map[string][]byte
+	// WebhookSecrets are the webhooks' secrets, the owners' keyed by
+	// organization slug.
+	workload.WebhookSecrets
 	// Clock is now, for the signature's age; nil is the real clock.
 	Clock clock.PassiveClock
 }
@@ -109,15 +108,6 @@ func organizationOf(p *webhookPayload) string {
 		}
 	}
 	return ""
-}
-
-// secretFor is the secret a delivery about org must carry, and whether it
-// is org's own.
-func (p *WebhookParser) secretFor(org string) ([]byte, bool) {
-	if s, ok := workload.OwnerSecret(p.OwnerSecrets, org); ok {
-		return s, true
-	}
-	return p.Secret, false
 }
 
 func (p *WebhookParser) now() time.Time {
@@ -193,7 +183,7 @@ func (p *WebhookParser) Parse(header http.Header, body []byte) (workload.JobEven
 	// The organization picks the key; it is read from the body before the
 	// body is trusted, and then the body must verify with that key.
 	org := organizationOf(&payload)
-	secret, own := p.secretFor(org)
+	secret, own := p.SecretFor(org)
 	if len(secret) == 0 {
 		return workload.JobEvent{}, fmt.Errorf("%w: no webhook secret is configured for organization %q", workload.ErrBadSignature, truncate(org, 64))
 	}

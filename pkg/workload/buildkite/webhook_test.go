@@ -88,7 +88,7 @@ func deliveries(t *testing.T, token string, signed bool) ([]delivery, bksim.Buil
 
 func TestWebhookSignedDeliveries(t *testing.T) {
 	got, b, w := deliveries(t, "hook-secret", true)
-	p := &buildkite.WebhookParser{OwnerSecrets: map[string][]byte{"ACME": []byte("hook-secret")}, Clock: passive{w.clock}}
+	p := &buildkite.WebhookParser{WebhookSecrets: workload.WebhookSecrets{OwnerSecrets: map[string][]byte{"ACME": []byte("hook-secret")}}, Clock: passive{w.clock}}
 	wantState := []workload.JobState{workload.JobQueued, workload.JobInProgress, workload.JobCompleted}
 	for i, d := range got {
 		ev, err := p.Parse(d.header, d.body)
@@ -106,11 +106,11 @@ func TestWebhookSignedDeliveries(t *testing.T) {
 	}
 	// Another organization's secret cannot stand in, nor the fallback for a
 	// listed organization.
-	other := &buildkite.WebhookParser{Secret: []byte("hook-secret"), OwnerSecrets: map[string][]byte{"acme": []byte("other")}, Clock: passive{w.clock}}
+	other := &buildkite.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: []byte("hook-secret"), OwnerSecrets: map[string][]byte{"acme": []byte("other")}}, Clock: passive{w.clock}}
 	if _, err := other.Parse(got[0].header, got[0].body); !errors.Is(err, workload.ErrBadSignature) {
 		t.Fatalf("with the wrong organization secret: %v", err)
 	}
-	fallback := &buildkite.WebhookParser{Secret: []byte("hook-secret"), Clock: passive{w.clock}}
+	fallback := &buildkite.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: []byte("hook-secret")}, Clock: passive{w.clock}}
 	if ev, err := fallback.Parse(got[0].header, got[0].body); err != nil || ev.OwnerSigned {
 		t.Fatalf("with the fallback secret: %+v, %v", ev, err)
 	}
@@ -135,7 +135,7 @@ func TestWebhookSignedDeliveries(t *testing.T) {
 // header the body's event is used.
 func TestWebhookEventHeaderReplay(t *testing.T) {
 	got, b, w := deliveries(t, "hook-secret", true)
-	p := &buildkite.WebhookParser{OwnerSecrets: map[string][]byte{"acme": []byte("hook-secret")}, Clock: passive{w.clock}}
+	p := &buildkite.WebhookParser{WebhookSecrets: workload.WebhookSecrets{OwnerSecrets: map[string][]byte{"acme": []byte("hook-secret")}}, Clock: passive{w.clock}}
 	scheduled := got[0]
 	if e := scheduled.header.Get(buildkite.WebhookEventHeader); e != buildkite.EventJobScheduled {
 		t.Fatalf("first delivery is %q", e)
@@ -165,11 +165,11 @@ func TestWebhookEventHeaderReplay(t *testing.T) {
 
 func TestWebhookTokenDeliveries(t *testing.T) {
 	got, _, w := deliveries(t, "plain-token", false)
-	p := &buildkite.WebhookParser{Secret: []byte("plain-token"), Clock: passive{w.clock}}
+	p := &buildkite.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: []byte("plain-token")}, Clock: passive{w.clock}}
 	if ev, err := p.Parse(got[0].header, got[0].body); err != nil || ev.Job.State != workload.JobQueued || ev.OwnerSigned {
 		t.Fatalf("token delivery: %+v, %v", ev, err)
 	}
-	wrong := &buildkite.WebhookParser{Secret: []byte("plain-tokem"), Clock: passive{w.clock}}
+	wrong := &buildkite.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: []byte("plain-tokem")}, Clock: passive{w.clock}}
 	if _, err := wrong.Parse(got[0].header, got[0].body); !errors.Is(err, workload.ErrBadSignature) {
 		t.Fatalf("wrong token: %v", err)
 	}
@@ -195,7 +195,7 @@ func TestWebhookSignatureAlgorithm(t *testing.T) {
 	if got := bksim.Sign("k", at, body); got != want {
 		t.Fatalf("the simulator signs %s; want %s", got, want)
 	}
-	p := &buildkite.WebhookParser{Secret: []byte("k"), Clock: fixed(at.Add(time.Minute))}
+	p := &buildkite.WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: []byte("k")}, Clock: fixed(at.Add(time.Minute))}
 	h := http.Header{}
 	h.Set(buildkite.WebhookEventHeader, "ping")
 	h.Set(buildkite.WebhookSignatureHeader, want)

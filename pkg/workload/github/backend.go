@@ -49,16 +49,13 @@ type Backend struct {
 	platformbackend.Base[*Provider]
 }
 
-var (
-	_ workload.Backend         = (*Backend)(nil)
-	_ workload.WebhookReceiver = (*Backend)(nil)
-)
+var _ workload.WebhookReceiver = (*Backend)(nil)
 
 // NewBackend is the workload.Factory of GitHub Actions. It registers the
 // CI platform API metrics (pkg/workload/workloadmetrics) with deps.Metrics.
-var NewBackend = platformbackend.Factory(platformbackend.Identity{
-	Name: "GitHub", TemplateField: templateField, ReasonCredentialsInvalid: reasonCredentialsInvalid,
-}, func(base platformbackend.Base[*Provider]) *Backend { return &Backend{Base: base} })
+var NewBackend = platformbackend.Factory[*Provider, Backend](platformbackend.Identity{
+	Name: "GitHub", TemplateField: templateField, Webhooks: WebhookFormat,
+})
 
 // Template implements workload.Backend for a template with a
 // spec.bootstrap.github.
@@ -214,12 +211,9 @@ var WebhookFormat = workload.WebhookFormat{
 	},
 }
 
-// WebhookFormat implements workload.WebhookReceiver.
-func (*Backend) WebhookFormat() workload.WebhookFormat { return WebhookFormat }
-
 // WebhookParser implements workload.WebhookReceiver.
 func (*Backend) WebhookParser(secret []byte, ownerSecrets map[string][]byte) workload.WebhookParser {
-	return WebhookParser{Secret: secret, OwnerSecrets: ownerSecrets}
+	return WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: secret, OwnerSecrets: ownerSecrets}}
 }
 
 // Provider implements workload.Backend: the provider of scope with tmpl's

@@ -43,19 +43,15 @@ const webhookSignaturePrefix = "sha256="
 // rejected.
 //
 // The key is chosen by the delivery's owner (the repository's owner, else
-// the organization; see SecretFor): an owner listed in OwnerSecrets is
+// the organization; see workload.WebhookSecrets.SecretFor): an owner listed in OwnerSecrets is
 // verified with its own secret only, any other owner with Secret. One
 // owner's secret therefore cannot sign deliveries about another owner's
 // repositories (docs/security.md, "Webhook intake"). A delivery for which
 // no secret is configured is rejected.
 type WebhookParser struct {
-	// Secret is the webhook's secret, as configured on GitHub: the
-	// fallback for owners without their own. Empty: owners listed in
-	// OwnerSecrets only.
-	Secret []byte
-	// OwnerSecrets are secrets per owner (organization or user login; case
-	// is ignored), each the secret of that owner's webhooks.
-	OwnerSecrets map[string][]byte
+	// WebhookSecrets are the webhooks' secrets as configured on GitHub,
+	// the owners' keyed by organization or user login.
+	workload.WebhookSecrets
 }
 
 var _ workload.WebhookParser = WebhookParser{}
@@ -83,17 +79,6 @@ func deliveryOwner(body []byte) string {
 		return strings.ToLower(owner)
 	}
 	return strings.ToLower(f.Organization.Login)
-}
-
-// SecretFor is the secret a delivery about owner must be signed with, and
-// whether it is owner's own; nil when none is configured. Owners compare
-// ignoring case, as GitHub's logins do, whatever case OwnerSecrets' keys
-// are in: a key in another case must not let the fallback serve its owner.
-func (p WebhookParser) SecretFor(owner string) (secret []byte, own bool) {
-	if s, ok := workload.OwnerSecret(p.OwnerSecrets, owner); ok {
-		return s, true
-	}
-	return p.Secret, false
 }
 
 // VerifySignature checks header's X-Hub-Signature-256 against body with

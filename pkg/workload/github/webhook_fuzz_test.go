@@ -22,7 +22,7 @@ func FuzzWebhookParser(f *testing.F) {
 	f.Add("workflow_job", "", true, []byte(`null`))
 	f.Add("workflow_job", "", true, []byte(`{"workflow_job":null,"action":"queued"}`))
 	f.Add("", "sha1=abc", false, []byte{})
-	parser := WebhookParser{Secret: testSecret}
+	parser := WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}}
 	f.Fuzz(func(t *testing.T, event, signature string, sign bool, body []byte) {
 		h := http.Header{}
 		h.Set(WebhookEventHeader, event)

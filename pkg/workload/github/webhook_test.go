@@ -50,7 +50,7 @@ func TestSignWebhookKnownVector(t *testing.T) {
 
 func TestParseQueued(t *testing.T) {
 	body := []byte(queuedBody)
-	ev, err := WebhookParser{Secret: testSecret}.Parse(signedHeader(testSecret, body, "workflow_job"), body)
+	ev, err := WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}}.Parse(signedHeader(testSecret, body, "workflow_job"), body)
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -223,7 +223,7 @@ func TestParseErrors(t *testing.T) {
 			if tc.secret != nil {
 				secret = tc.secret
 			}
-			_, err := WebhookParser{Secret: secret}.Parse(tc.header(tc.body), tc.body)
+			_, err := WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: secret}}.Parse(tc.header(tc.body), tc.body)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Parse error = %v, want %v", err, tc.want)
 			}
@@ -243,7 +243,7 @@ func TestParseStates(t *testing.T) {
 		"in_progress": workload.JobInProgress, "completed": workload.JobCompleted,
 	} {
 		body := []byte(strings.Replace(queuedBody, `"action": "queued"`, `"action": "`+action+`"`, 1))
-		ev, err := WebhookParser{Secret: testSecret}.Parse(signedHeader(testSecret, body, "workflow_job"), body)
+		ev, err := WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}}.Parse(signedHeader(testSecret, body, "workflow_job"), body)
 		if err != nil {
 			t.Fatalf("%s: %v", action, err)
 		}
@@ -275,7 +275,7 @@ func TestParseOctokitExamples(t *testing.T) {
 		if err := json.Unmarshal(raw, &want); err != nil {
 			t.Fatalf("example %d: %v", i, err)
 		}
-		ev, err := WebhookParser{Secret: testSecret}.Parse(signedHeader(testSecret, raw, "workflow_job"), raw)
+		ev, err := WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: testSecret}}.Parse(signedHeader(testSecret, raw, "workflow_job"), raw)
 		if err != nil {
 			t.Fatalf("example %d (%s): %v", i, want.Action, err)
 		}
@@ -301,7 +301,7 @@ func TestParseOwnerSecrets(t *testing.T) {
 	body := func(repo string) []byte {
 		return []byte(strings.Replace(queuedBody, `"octo-org/app"`, `"`+repo+`"`, 1))
 	}
-	parser := WebhookParser{Secret: globalSecret, OwnerSecrets: map[string][]byte{"octo-org": orgSecret}}
+	parser := WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: globalSecret, OwnerSecrets: map[string][]byte{"octo-org": orgSecret}}}
 	tests := []struct {
 		name   string
 		parser WebhookParser
@@ -320,11 +320,11 @@ func TestParseOwnerSecrets(t *testing.T) {
 		{name: "other owner signed with octo-org's secret", parser: parser, body: body("someone/app"), secret: orgSecret, says: "does not match"},
 		{
 			name: "other owner without a fallback", body: body("someone/app"), secret: orgSecret, says: `no webhook secret is configured for owner "someone"`,
-			parser: WebhookParser{OwnerSecrets: map[string][]byte{"octo-org": orgSecret}},
+			parser: WebhookParser{WebhookSecrets: workload.WebhookSecrets{OwnerSecrets: map[string][]byte{"octo-org": orgSecret}}},
 		},
 		{
 			name: "key in another case than the login", body: body("octo-org/app"), secret: globalSecret, says: "does not match",
-			parser: WebhookParser{Secret: globalSecret, OwnerSecrets: map[string][]byte{"Octo-Org": orgSecret}},
+			parser: WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: globalSecret, OwnerSecrets: map[string][]byte{"Octo-Org": orgSecret}}},
 		},
 		{
 			// encoding/json matches keys case-insensitively: whichever of

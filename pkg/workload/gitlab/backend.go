@@ -27,26 +27,19 @@ const (
 	defaultArch       = "amd64"
 )
 
-// reasonCredentialsInvalid: the template's GitLab token cannot make a
-// client.
-const reasonCredentialsInvalid = "GitLabCredentialsInvalid"
-
 // Backend is GitLab CI as a workload.Backend. Register it under
 // hfv1.WorkloadGitLabCI with NewBackend.
 type Backend struct {
 	platformbackend.Base[*Provider]
 }
 
-var (
-	_ workload.Backend         = (*Backend)(nil)
-	_ workload.WebhookReceiver = (*Backend)(nil)
-)
+var _ workload.WebhookReceiver = (*Backend)(nil)
 
 // NewBackend is the workload.Factory of GitLab CI. It registers the GitLab
 // CI platform API metrics (pkg/workload/workloadmetrics) with deps.Metrics.
-var NewBackend = platformbackend.Factory(platformbackend.Identity{
-	Name: "GitLab", TemplateField: templateField, ReasonCredentialsInvalid: reasonCredentialsInvalid,
-}, func(base platformbackend.Base[*Provider]) *Backend { return &Backend{Base: base} })
+var NewBackend = platformbackend.Factory[*Provider, Backend](platformbackend.Identity{
+	Name: "GitLab", TemplateField: templateField, Webhooks: WebhookFormat,
+})
 
 // ScopeOf is the neutral scope of a GitLab project or group full path: a
 // project a/b/c is Owner a/b, Repository c; a group a/b is Owner a/b.
@@ -220,13 +213,10 @@ func (*Backend) Claim(claim *hfv1.MachineClaim) workload.ClaimRunner {
 	return workload.ClaimRunner{Labels: wc.GitLab.Tags, RunUntagged: wc.GitLab.RunUntagged}
 }
 
-// WebhookFormat implements workload.WebhookReceiver.
-func (*Backend) WebhookFormat() workload.WebhookFormat { return WebhookFormat }
-
 // WebhookParser implements workload.WebhookReceiver; ownerSecrets are keyed
 // by OwnerKey.
 func (*Backend) WebhookParser(secret []byte, ownerSecrets map[string][]byte) workload.WebhookParser {
-	return WebhookParser{Secret: secret, OwnerSecrets: ownerSecrets}
+	return WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: secret, OwnerSecrets: ownerSecrets}}
 }
 
 // Provider implements workload.Backend: the provider of scope with tmpl's

@@ -89,10 +89,10 @@ func (*Backend) WebhookOwnerKeys(owner string) []string {
 // holders cannot forge events of that group (docs/security.md, "Webhook
 // intake").
 type WebhookParser struct {
-	// Secret is the fallback token; empty: owners listed only.
-	Secret []byte
-	// OwnerSecrets are tokens per group, keyed by OwnerKey.
-	OwnerSecrets map[string][]byte
+	// WebhookSecrets are the Job Hooks' secret tokens, the groups' keyed
+	// by OwnerKey. A delivery is verified with ownerSecrets, not
+	// SecretFor: a project's hook may be any group's above it.
+	workload.WebhookSecrets
 }
 
 var _ workload.WebhookParser = WebhookParser{}

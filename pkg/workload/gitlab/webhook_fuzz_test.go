@@ -26,7 +26,7 @@ func FuzzWebhookParser(f *testing.F) {
 	f.Add("Job Hook", "", true, []byte(`null`))
 	f.Add("Job Hook", "", true, []byte(`{"object_kind":"build","build_id":1,"build_status":"running","project":{"path_with_namespace":"a"}}`))
 	f.Add("", "x", false, []byte{})
-	parser := WebhookParser{Secret: []byte("fallback"), OwnerSecrets: map[string][]byte{OwnerKey("acme/platform"): []byte("group")}}
+	parser := WebhookParser{WebhookSecrets: workload.WebhookSecrets{Secret: []byte("fallback"), OwnerSecrets: map[string][]byte{OwnerKey("acme/platform"): []byte("group")}}}
 	f.Fuzz(func(t *testing.T, event, token string, useRight bool, body []byte) {
 		var proj hookProject
 		_ = json.Unmarshal(body, &proj)

@@ -25,9 +25,9 @@ type Identity struct {
 	// TemplateField is workload.Backend.TemplateField, the template's
 	// section for the platform.
 	TemplateField string
-	// ReasonCredentialsInvalid is the condition reason of a template whose
-	// settings cannot make a provider.
-	ReasonCredentialsInvalid string
+	// Webhooks is workload.WebhookReceiver.WebhookFormat, what the
+	// platform's webhook deliveries look like.
+	Webhooks workload.WebhookFormat
 }
 
 // Base is embedded by a platform's back-end. Build it with New; the zero
@@ -49,23 +49,36 @@ func New[P workload.Provider](deps workload.Dependencies, id Identity) (Base[P],
 	return Base[P]{Dependencies: deps, id: id, providers: new(workload.ProviderCache[P])}, nil
 }
 
-// Factory is the workload.Factory of a platform whose back-end B is its
-// Base and what wrap adds: it builds the Base (New) and wraps it.
-func Factory[P workload.Provider, B workload.Backend](id Identity, wrap func(Base[P]) B) workload.Factory {
+// Factory is the workload.Factory of a platform whose back-end B embeds
+// its Base and adds the platform's own methods: it builds the Base (New)
+// and puts it in a new B.
+func Factory[P workload.Provider, B any, PB interface {
+	*B
+	workload.Backend
+	setBase(Base[P])
+}](id Identity) workload.Factory {
 	return func(deps workload.Dependencies) (workload.Backend, error) {
 		base, err := New[P](deps, id)
 		if err != nil {
 			return nil, err
 		}
-		return wrap(base), nil
+		b := PB(new(B))
+		b.setBase(base)
+		return b, nil
 	}
 }
+
+// setBase is how Factory fills the Base a back-end embeds.
+func (b *Base[P]) setBase(base Base[P]) { *b = base }
 
 // Name implements workload.Backend.
 func (b Base[P]) Name() string { return b.id.Name }
 
 // TemplateField implements workload.Backend.
 func (b Base[P]) TemplateField() string { return b.id.TemplateField }
+
+// WebhookFormat implements workload.WebhookReceiver.
+func (b Base[P]) WebhookFormat() workload.WebhookFormat { return b.id.Webhooks }
 
 // ErrNoSection is the error of a provider asked for with a template that
 // has no section for the platform.
@@ -86,11 +99,12 @@ func HTTPTimeout(tmpl *hfv1.HypervisorMachineTemplate) time.Duration {
 // configuration whose fingerprint is fp (see workload.ProviderCache), built
 // with build when there is none or the configuration changed. build fails
 // only on the template's settings, so its error is a configuration error
-// under ReasonCredentialsInvalid.
+// whose reason is the platform's name and CredentialsInvalid (such as
+// GitHubCredentialsInvalid).
 func (b Base[P]) CachedProvider(tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope, fp string, build func() (P, error)) (workload.Provider, error) {
 	p, err := b.providers.Get(tmpl, scope, fp, build)
 	if err != nil {
-		return nil, errclass.Errorf(errclass.ClassConfiguration, b.id.ReasonCredentialsInvalid, "%s of HypervisorMachineTemplate %s: %w", b.id.TemplateField, tmpl.Name, err)
+		return nil, errclass.Errorf(errclass.ClassConfiguration, b.Name()+"CredentialsInvalid", "%s of HypervisorMachineTemplate %s: %w", b.id.TemplateField, tmpl.Name, err)
 	}
 	return p, nil
 }
