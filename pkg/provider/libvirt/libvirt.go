@@ -255,6 +255,10 @@ type clone struct {
 	pool  string // the pool the clone's disk goes to
 	owner string
 	since time.Time
+	// placed is when a placement took the slot (holdSlot) for a clone
+	// not yet begun; zero once the clone takes it (takeSlot). Such a
+	// hold lapses after holdLimit.
+	placed time.Time
 	// done is closed when a background full copy ends; err is its
 	// result. Nil for an overlay, which is made in the call.
 	done chan struct{}

@@ -147,7 +147,7 @@ func (p *Provider) place(spec *provider.VMSpec, tmpl *TemplateRef, memory int64)
 	h := p.hostNamed(r.host)
 	res := &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(r.vmid), Node: r.host}, Phase: provider.PhasePlaced,
 		Message: fmt.Sprintf("VM id %d reserved on host %s", r.vmid, r.host)}
-	if pool := p.diskPool(spec); !p.slotFree(h, pool, r.vmid) {
+	if pool := p.diskPool(spec); !p.holdSlot(h, pool, r.vmid, o) {
 		res.Waits = slotWait(h.Name, pool)
 	}
 	return res, nil
@@ -258,19 +258,59 @@ func (p *Provider) slotFreeLocked(hostName, pool string, vmid int) bool {
 		(p.cfg.ClonesPerStorage <= 0 || onPool < p.cfg.ClonesPerStorage)
 }
 
-// takeSlot takes a clone slot onto pool on h for o's VM vmid, or queues o
-// and returns false.
+// holdLimit bounds how long a placement holds a clone slot for a clone
+// that does not begin (its claim's reservation was not stored, or the
+// claim went away).
+const holdLimit = 30 * time.Second
+
+// holdSlot takes a clone slot onto pool on h for o's VM vmid, just
+// placed, when its clone could begin now, and reports whether it holds
+// one. The slot is taken at placement, not when the clone begins, so that
+// what the placement says (provider.EnsureResult.Waits) holds in a burst:
+// concurrent claims begin their clones in any order, and a slot free at
+// placement could be taken by another's clone before this one's, which
+// then waited after saying it would not (a status write more).
+func (p *Provider) holdSlot(h *host, pool string, vmid int, o provider.Owner) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now()
+	p.dropLapsedHoldsLocked(now)
+	if !p.slotFreeLocked(h.Name, pool, vmid) {
+		return false
+	}
+	if _, held := p.clones[vmid]; !held {
+		p.clones[vmid] = &clone{host: h.Name, pool: pool, owner: o.UID, since: now, placed: now}
+	}
+	return true
+}
+
+// dropLapsedHoldsLocked frees the slots placements hold for clones that
+// have not begun within holdLimit.
+func (p *Provider) dropLapsedHoldsLocked(now time.Time) {
+	for vmid, c := range p.clones {
+		if !c.placed.IsZero() && now.Sub(c.placed) > holdLimit {
+			delete(p.clones, vmid)
+		}
+	}
+}
+
+// takeSlot takes a clone slot onto pool on h for o's VM vmid (the one its
+// placement holds, if any), or queues o and returns false.
 func (p *Provider) takeSlot(h *host, pool string, vmid int, o provider.Owner) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := p.clock.Now()
+	p.dropLapsedHoldsLocked(now)
 	if !p.slotFreeLocked(h.Name, pool, vmid) {
 		p.queued[o.UID] = o
 		p.obs.CloneQueue(len(p.queued))
 		return false
 	}
 	delete(p.queued, o.UID)
-	if _, held := p.clones[vmid]; !held {
-		p.clones[vmid] = &clone{host: h.Name, pool: pool, owner: o.UID, since: p.clock.Now()}
+	if c, held := p.clones[vmid]; held {
+		c.placed, c.since = time.Time{}, now
+	} else {
+		p.clones[vmid] = &clone{host: h.Name, pool: pool, owner: o.UID, since: now}
 	}
 	return true
 }

@@ -6,8 +6,10 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
+	clocktesting "k8s.io/utils/clock/testing"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -169,6 +171,47 @@ func TestCloneSlots(t *testing.T) {
 	}
 	if !p.takeSlot(h, "other", 101, b) {
 		t.Error("the freed slot is not taken")
+	}
+}
+
+// TestPlacementHoldsTheCloneSlot: a placement told its clone could begin
+// now holds the slot, so that a VM placed after it is told it waits and
+// the first begins its clone even when the second asks first; a hold no
+// clone takes lapses after holdLimit.
+func TestPlacementHoldsTheCloneSlot(t *testing.T) {
+	p := testProvider(t, func(c *provider.ClusterConfig, _ *ClusterSettings) { c.ClonesPerNode = 1 })
+	clock := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC))
+	p.clock = clock
+	h := p.hostNamed("h1")
+	a, b := provider.Owner{UID: "a"}, provider.Owner{UID: "b"}
+	if !p.holdSlot(h, "vms", 100, a) {
+		t.Fatal("the first VM placed is told it waits")
+	}
+	if !p.holdSlot(h, "vms", 100, a) {
+		t.Error("placed again, the VM holding the slot is told it waits")
+	}
+	if p.holdSlot(h, "vms", 101, b) {
+		t.Fatal("a second VM placed on the host, its one slot held, is told its clone begins now")
+	}
+	if p.takeSlot(h, "vms", 101, b) {
+		t.Error("the second VM's clone took the slot held for the first")
+	}
+	if !p.takeSlot(h, "vms", 100, a) {
+		t.Fatal("the first VM's clone waits for the slot its placement holds")
+	}
+	// Taken by its clone, the slot no longer lapses as a hold.
+	clock.Step(holdLimit + time.Second)
+	if p.slotFree(h, "vms", 101) {
+		t.Error("the slot of a clone in flight lapsed as a placement's hold")
+	}
+	p.releaseSlot(100)
+
+	if !p.holdSlot(h, "vms", 102, a) {
+		t.Fatal("placing after the clone ended waits")
+	}
+	clock.Step(holdLimit + time.Second)
+	if !p.holdSlot(h, "vms", 103, b) {
+		t.Error("a hold no clone took still holds the slot after holdLimit")
 	}
 }
 
