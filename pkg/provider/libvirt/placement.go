@@ -271,15 +271,44 @@ const holdLimit = 30 * time.Second
 // placement could be taken by another's clone before this one's, which
 // then waited after saying it would not (a status write more).
 func (p *Provider) holdSlot(h *host, pool string, vmid int, o provider.Owner) bool {
+	return p.claimSlot(h, pool, vmid, o, true)
+}
+
+// takeSlot takes a clone slot onto pool on h for o's VM vmid (the one its
+// placement holds, if any), or queues o and returns false.
+func (p *Provider) takeSlot(h *host, pool string, vmid int, o provider.Owner) bool {
+	return p.claimSlot(h, pool, vmid, o, false)
+}
+
+// claimSlot is holdSlot (placing) and takeSlot: a placement that finds no
+// slot free is told so, a clone is queued to be woken when one frees.
+func (p *Provider) claimSlot(h *host, pool string, vmid int, o provider.Owner, placing bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock.Now()
 	p.dropLapsedHoldsLocked(now)
 	if !p.slotFreeLocked(h.Name, pool, vmid) {
+		if !placing {
+			p.queued[o.UID] = o
+			p.obs.CloneQueue(len(p.queued))
+		}
 		return false
 	}
-	if _, held := p.clones[vmid]; !held {
-		p.clones[vmid] = &clone{host: h.Name, pool: pool, owner: o.UID, since: now, placed: now}
+	c, held := p.clones[vmid]
+	switch {
+	case !held:
+		c = &clone{host: h.Name, pool: pool, owner: o.UID, since: now}
+		if placing {
+			c.placed = now
+		}
+		p.clones[vmid] = c
+	case !placing && !c.placed.IsZero():
+		// The clone takes the slot its placement held: from now on it is
+		// a clone in flight (cloneHoldLimit), no longer a hold.
+		c.placed, c.since = time.Time{}, now
+	}
+	if !placing {
+		delete(p.queued, o.UID)
 	}
 	return true
 }
@@ -292,27 +321,6 @@ func (p *Provider) dropLapsedHoldsLocked(now time.Time) {
 			delete(p.clones, vmid)
 		}
 	}
-}
-
-// takeSlot takes a clone slot onto pool on h for o's VM vmid (the one its
-// placement holds, if any), or queues o and returns false.
-func (p *Provider) takeSlot(h *host, pool string, vmid int, o provider.Owner) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.clock.Now()
-	p.dropLapsedHoldsLocked(now)
-	if !p.slotFreeLocked(h.Name, pool, vmid) {
-		p.queued[o.UID] = o
-		p.obs.CloneQueue(len(p.queued))
-		return false
-	}
-	delete(p.queued, o.UID)
-	if c, held := p.clones[vmid]; held {
-		c.placed, c.since = time.Time{}, now
-	} else {
-		p.clones[vmid] = &clone{host: h.Name, pool: pool, owner: o.UID, since: now}
-	}
-	return true
 }
 
 // releaseSlot frees VM vmid's clone slot, if it holds one, and wakes the
