@@ -65,9 +65,11 @@ func TestCloneSlotsPerNodeLocks(t *testing.T) {
 // may come second); the hold lapses after queueTTL when no clone request
 // comes, and a deletion between placement and clone gives it back.
 func TestPlacementHoldsTheCloneSlot(t *testing.T) {
-	e := newEnv(t, func(_ *proxmoxsim.Config, c *provider.ClusterConfig) { c.ClonesPerNode, c.ClonesPerStorage = 1, 0 })
+	oneSlot := func() *env {
+		return newEnv(t, func(_ *proxmoxsim.Config, c *provider.ClusterConfig) { c.ClonesPerNode, c.ClonesPerStorage = 1, 0 })
+	}
 	ctx := t.Context()
-	place := func(s *provider.VMSpec) *provider.EnsureResult {
+	place := func(e *env, s *provider.VMSpec) *provider.EnsureResult {
 		t.Helper()
 		res, err := e.p.EnsureVM(ctx, s, provider.Progress{})
 		if err != nil || res.Phase != provider.PhasePlaced {
@@ -76,11 +78,12 @@ func TestPlacementHoldsTheCloneSlot(t *testing.T) {
 		return res
 	}
 	a, b := testSpec("runner-a", "uid-aaaa"), testSpec("runner-b", "uid-bbbb")
-	pa := place(a)
+	e := oneSlot()
+	pa := place(e, a)
 	if pa.Waits != "" {
 		t.Fatalf("the first VM placed is told it waits: %q", pa.Waits)
 	}
-	pb := place(b)
+	pb := place(e, b)
 	if pb.Waits == "" {
 		t.Fatal("the second VM placed on the node, its one slot held, is told its clone starts now")
 	}
@@ -93,33 +96,19 @@ func TestPlacementHoldsTheCloneSlot(t *testing.T) {
 	}
 
 	// A hold no clone request claims lapses.
-	e2 := newEnv(t, func(_ *proxmoxsim.Config, c *provider.ClusterConfig) { c.ClonesPerNode, c.ClonesPerStorage = 1, 0 })
-	place2 := func(s *provider.VMSpec) *provider.EnsureResult {
-		t.Helper()
-		res, err := e2.p.EnsureVM(ctx, s, provider.Progress{})
-		if err != nil || res.Phase != provider.PhasePlaced {
-			t.Fatalf("placing %s: %+v %v", s.Name, res, err)
-		}
-		return res
-	}
-	if r := place2(a); r.Waits != "" {
-		t.Fatalf("first placement waits: %q", r.Waits)
-	}
-	e2.advance(queueTTL + time.Second)
-	if r := place2(b); r.Waits != "" {
+	e = oneSlot()
+	place(e, a)
+	e.advance(queueTTL + time.Second)
+	if r := place(e, b); r.Waits != "" {
 		t.Fatalf("after queueTTL the unclaimed hold still holds the slot: %q", r.Waits)
 	}
 
 	// A deletion before the clone gives the slot back at once.
-	e3 := newEnv(t, func(_ *proxmoxsim.Config, c *provider.ClusterConfig) { c.ClonesPerNode, c.ClonesPerStorage = 1, 0 })
-	r3, err := e3.p.EnsureVM(ctx, a, provider.Progress{})
-	if err != nil || r3.Waits != "" {
-		t.Fatalf("placing: %+v %v", r3, err)
-	}
-	if _, err := e3.p.DeleteVM(ctx, a.Owner, r3.Progress); err != nil {
+	e = oneSlot()
+	if _, err := e.p.DeleteVM(ctx, a.Owner, place(e, a).Progress); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := e3.p.EnsureVM(ctx, b, provider.Progress{}); err != nil || r.Waits != "" {
-		t.Fatalf("after the first VM's deletion before its clone, the next placement: %+v %v", r, err)
+	if r := place(e, b); r.Waits != "" {
+		t.Fatalf("after the first VM's deletion before its clone, the next placement is told it waits: %q", r.Waits)
 	}
 }
