@@ -77,14 +77,12 @@ func (s *Sweeper) sweepDNSCluster(ctx context.Context, cluster string, reg dnsre
 		k := cluster + "/" + dnsreg.Fqdn(rec.Name) + "/" + rec.Owner.Claim
 		listed[k] = true
 		o := s.orphanName(ctx, cluster, k, rec, now)
-		if !s.due(o.firstSeen, now) {
-			continue
-		}
-		claims, err := confirm()
+		remove, err := removable(s, s.dnsNames, k, o.firstSeen, now, confirm,
+			func(claims []hfv1.MachineClaim) bool { return liveDNSOwners(claims)[rec.Owner.Claim] })
 		if err != nil {
 			return err
 		}
-		if liveDNSOwners(claims)[rec.Owner.Claim] {
+		if !remove {
 			continue
 		}
 		if err := reg.Remove(ctx, rec); err != nil {

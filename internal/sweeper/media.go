@@ -50,15 +50,12 @@ func (s *Sweeper) sweepMedia(ctx context.Context, cluster string, p provider.Pro
 			continue
 		}
 		o := s.strayMedium(ctx, cluster, k, m, now)
-		if !s.due(o.firstSeen, now) {
-			continue
-		}
-		confirmed, err := confirm()
+		remove, err := removable(s, s.media, k, o.firstSeen, now, confirm,
+			func(confirmed map[string]bool) bool { return confirmed[m.OwnerDigest] })
 		if err != nil {
 			return err
 		}
-		if confirmed[m.OwnerDigest] {
-			forget(s, s.media, k)
+		if !remove {
 			continue
 		}
 		if err := s.removeMedium(ctx, cluster, p, k, o); err != nil {

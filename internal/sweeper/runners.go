@@ -121,15 +121,12 @@ func (s *Sweeper) sweepScope(ctx context.Context, sc RunnerScope, live liveRunne
 			continue
 		}
 		o := s.orphanRunner(ctx, sc, k, r, now)
-		if !s.due(o.firstSeen, now) {
-			continue
-		}
-		claims, err := confirm()
+		remove, err := removable(s, s.runners, k, o.firstSeen, now, confirm,
+			func(claims []hfv1.MachineClaim) bool { return runnersOf(claims).has(r.Name, base) })
 		if err != nil {
 			return err
 		}
-		if runnersOf(claims).has(r.Name, base) {
-			forget(s, s.runners, k)
+		if !remove {
 			continue
 		}
 		if err := s.removeRunner(ctx, sc, k, r); err != nil {

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // The sweeps remember what they found (a stray VM, ISO, runner, DNS name or
@@ -74,4 +75,25 @@ func known[R any](s *Sweeper, m map[string]*R) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Collect(maps.Keys(m))
+}
+
+// removable reports whether the thing of record k in m, first seen without
+// a live claim at firstSeen, is to be removed at now: it is due (the grace
+// period has passed, not in dry-run mode) and the claims read from the API
+// server (confirm) still do not own it; the cache the sweep began from may
+// not show a claim created since. A thing a confirmed claim owns is
+// forgotten, so that its grace period starts again if it is ever orphaned.
+func removable[R, C any](s *Sweeper, m map[string]*R, k string, firstSeen, now time.Time, confirm func() (C, error), owns func(C) bool) (bool, error) {
+	if !s.due(firstSeen, now) {
+		return false, nil
+	}
+	claims, err := confirm()
+	if err != nil {
+		return false, err
+	}
+	if owns(claims) {
+		forget(s, m, k)
+		return false, nil
+	}
+	return true, nil
 }
