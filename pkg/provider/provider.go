@@ -105,8 +105,10 @@ type Provider interface {
 
 	// DisownVM releases the owner's VM at ref from this install's
 	// management without deleting it (a platform admin keeps it, for
-	// forensics or debugging): in one hypervisor write it removes this
-	// install's tags, replaces the ownership block with a plain note of
+	// forensics or debugging): in one hypervisor write (two for a VM
+	// suspended to disk whose saved state holds its own copy of the
+	// definition, as libvirt's managed save does: not Done after the
+	// first) it removes this install's tags, replaces the ownership block with a plain note of
 	// whose VM it was (ownership.Signer.ReleasedDescription), and renames
 	// a VM that still carries the install's clone name. Everything else
 	// stays as it is: power state, disks, network, other tags and text.
@@ -571,7 +573,9 @@ const (
 	// workload inside is finished.
 	PhaseStopped Phase = "Stopped"
 	// PhaseSuspended: the VM ran and is suspended to disk (SetPower
-	// PowerSuspend). EnsureVM leaves it so, with no hypervisor write;
+	// PowerSuspend). EnsureVM leaves it so, with no hypervisor write and
+	// no task in the progress; its RetryAfter only paces a caller that
+	// polls (nothing changes until SetPower PowerResume);
 	// after SetPower PowerResume it reports PhaseBooting until the guest
 	// agent answers again, then PhaseRunning with the addresses read after
 	// the resume.
