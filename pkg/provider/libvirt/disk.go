@@ -173,28 +173,29 @@ func poolError(err error, pool string) error {
 }
 
 // startCopy runs a full copy in the background: libvirt's call returns
-// only when the copy is written. The clone slot of vmid holds its result.
+// only when the copy is written. copies[vmid] holds its result, and the
+// clone slot of vmid counts for as long as the copy is known (Watch).
 func (p *Provider) startCopy(l *golibvirt.Libvirt, pool golibvirt.StoragePool, doc string, from golibvirt.StorageVol, vmid int) {
+	c := &fullCopy{done: make(chan struct{})}
 	p.mu.Lock()
-	c := p.clones[vmid]
-	done := make(chan struct{})
-	c.done = done
+	p.copies[vmid] = c
 	p.mu.Unlock()
+	p.slots.Watch(vmid, true)
 	go func() {
 		_, err := l.StorageVolCreateXMLFrom(pool, doc, from, 0)
 		p.mu.Lock()
 		c.err = err
 		p.mu.Unlock()
-		close(done)
+		close(c.done)
 	}()
 }
 
 // copyInFlight says whether a full copy of this process for vmid runs.
 func (p *Provider) copyInFlight(vmid int) bool {
 	p.mu.Lock()
-	c := p.clones[vmid]
+	c := p.copies[vmid]
 	p.mu.Unlock()
-	if c == nil || c.done == nil {
+	if c == nil {
 		return false
 	}
 	select {
@@ -209,8 +210,7 @@ func (p *Provider) copyInFlight(vmid int) bool {
 func (p *Provider) copySeen(vmid int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c := p.clones[vmid]
-	return c != nil && c.done != nil
+	return p.copies[vmid] != nil
 }
 
 // diskTaken says whether this process took o's VM vmid's disk as written.
@@ -244,13 +244,19 @@ func poolBuilding(l *golibvirt.Libvirt, pool golibvirt.StoragePool) (bool, error
 }
 
 // copyFailed returns the error of vmid's finished full copy, nil if none.
+// The copy is forgotten then, and vmid's clone slot no longer counts as a
+// copy's.
 func (p *Provider) copyFailed(vmid int, pool string) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c := p.clones[vmid]; c != nil && c.err != nil {
-		err := c.err
-		c.err, c.done = nil, nil
-		return poolError(classify(fmt.Errorf("copy the template's disk to VM %d: %w", vmid, err)), pool)
+	var err error
+	if c := p.copies[vmid]; c != nil && c.err != nil {
+		err = c.err
+		delete(p.copies, vmid)
 	}
-	return nil
+	p.mu.Unlock()
+	if err == nil {
+		return nil
+	}
+	p.slots.Watch(vmid, false)
+	return poolError(classify(fmt.Errorf("copy the template's disk to VM %d: %w", vmid, err)), pool)
 }

@@ -53,7 +53,8 @@
 //     template's volume (StorageVolCreateXML), or a full copy
 //     (StorageVolCreateXMLFrom, run in the background: it takes as long as
 //     the copy). A clone holds its host's slot until the owner's next call
-//     sees its disk; queued owners are then woken (Deps.Wake).
+//     sees its disk; the queued owners a slot is then free for are woken
+//     (Deps.Wake), first come first served (pkg/provider/cloneslots).
 //   - Configuring: the NoCloud ISO is created and uploaded as a volume of
 //     the media pool (StorageVolCreateXML and StorageVolUpload), then the
 //     domain is defined again with its memory, cores, MAC, network, tags,
@@ -116,13 +117,13 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/cloneslots"
 )
 
 // ClusterSettings is the libvirt part of a cluster's configuration
@@ -227,6 +228,10 @@ type Provider struct {
 	obs      provider.Observer
 	wake     func(provider.Owner)
 	hosts    []*host
+	// slots are the clone slots (ClonesPerNode, ClonesPerStorage), each
+	// counted against its host and its pool (poolKey); they have their
+	// own lock.
+	slots *cloneslots.Slots
 
 	// mu guards the in-process state below; never held during a call
 	// that waits on a guest.
@@ -234,10 +239,9 @@ type Provider struct {
 	// reservations are placements of VMs this process is creating, by
 	// owner UID.
 	reservations map[string]*reservation
-	// clones are clone slots in use, by VM id.
-	clones map[int]*clone
-	// queued are owners waiting for a clone slot, by UID.
-	queued map[string]provider.Owner
+	// copies are the full copies of a template's disk this process
+	// started, by VM id, until the VM's clone slot is released.
+	copies map[int]*fullCopy
 	// ran are domains (host/name) seen stopped after running, from
 	// lifecycle events.
 	ran map[string]bool
@@ -264,18 +268,10 @@ type reservation struct {
 	diskWritten bool
 }
 
-// clone is a clone slot in use.
-type clone struct {
-	host  string
-	pool  string // the pool the clone's disk goes to
-	owner string
-	since time.Time
-	// placed is when a placement took the slot (holdSlot) for a clone
-	// not yet begun; zero once the clone takes it (takeSlot). Such a
-	// hold lapses after holdLimit.
-	placed time.Time
-	// done is closed when a background full copy ends; err is its
-	// result. Nil for an overlay, which is made in the call.
+// fullCopy is a full copy of a template's disk running in the background
+// (startCopy): libvirt's call returns only when the copy is written.
+type fullCopy struct {
+	// done is closed when the copy ends; err is its result.
 	done chan struct{}
 	err  error
 }
@@ -312,7 +308,9 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	p := &Provider{
 		cfg: cfg, settings: s, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}),
 		clock: clk, log: deps.Log, obs: obs, wake: deps.Wake,
-		reservations: map[string]*reservation{}, clones: map[int]*clone{}, queued: map[string]provider.Owner{},
+		slots: cloneslots.New(cloneslots.Config{PerNode: cfg.ClonesPerNode, PerStorage: cfg.ClonesPerStorage,
+			Lapse: holdLimit, StaleAfter: cloneHoldLimit, Now: clk.Now, Wake: deps.Wake, Observe: obs.CloneQueue}),
+		reservations: map[string]*reservation{}, copies: map[int]*fullCopy{},
 		ran: map[string]bool{}, builders: map[string]provider.Owner{}, shutdowns: map[string]bool{}, powerJobs: map[string]*powerJob{},
 	}
 	for _, h := range s.Hosts {

@@ -324,10 +324,7 @@ func (p *Provider) DeleteCloudInitMedium(_ context.Context, m provider.CloudInit
 // mediumInUse returns ErrInUse when the medium's VM still needs it: it is
 // being cloned here, has it attached, or verifies for its owner.
 func (p *Provider) mediumInUse(vmid int, digest, name string, h *host) error {
-	p.mu.Lock()
-	_, cloning := p.clones[vmid]
-	p.mu.Unlock()
-	if cloning {
+	if p.slots.InUse(vmid) {
 		return fmt.Errorf("%w: VM %d is being cloned", provider.ErrInUse, vmid)
 	}
 	d, err := p.find(vmid, h.Name)

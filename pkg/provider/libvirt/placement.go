@@ -147,7 +147,7 @@ func (p *Provider) place(spec *provider.VMSpec, tmpl *TemplateRef, memory int64)
 	h := p.hostNamed(r.host)
 	res := &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(r.vmid), Node: r.host}, Phase: provider.PhasePlaced,
 		Message: fmt.Sprintf("VM id %d reserved on host %s", r.vmid, r.host)}
-	if pool := p.diskPool(spec); !p.holdSlot(h, pool, r.vmid, o) {
+	if pool := p.diskPool(spec); !p.holdSlot(h, pool, r.vmid) {
 		res.Waits = slotWait(h.Name, pool)
 	}
 	return res, nil
@@ -199,12 +199,13 @@ func unreachableNote(unreachable map[string]error) string {
 	return fmt.Sprintf(" (hosts %s did not answer)", strings.Join(slices.Sorted(maps.Keys(unreachable)), ", "))
 }
 
-// forget drops o's reservation and any clone slot and wait it holds.
+// forget drops o's reservation and its place in the queue for a clone
+// slot.
 func (p *Provider) forget(o provider.Owner) {
 	p.mu.Lock()
 	delete(p.reservations, o.UID)
-	delete(p.queued, o.UID)
 	p.mu.Unlock()
+	p.slots.Leave(o.UID)
 }
 
 // reservedOn is the memory this process promised on host name.
@@ -225,119 +226,44 @@ func slotWait(hostName, pool string) string {
 	return fmt.Sprintf("waiting for a clone slot on host %s (pool %s)", hostName, pool)
 }
 
-// cloneHoldLimit bounds how long a clone holds its slot after its disk
-// exists without its owner coming back to see it.
+// cloneHoldLimit bounds how long a clone counts against the limits after
+// it begins without its owner coming back to see its disk, unless a full
+// copy of this process runs for it (startCopy): its Slots' StaleAfter.
 const cloneHoldLimit = 5 * time.Minute
-
-// slotFree says whether VM vmid may start a clone onto pool on h now: it
-// holds a slot already, or the host has one free under ClonesPerNode and
-// the pool under ClonesPerStorage (a pool is a host's: each host's pool of
-// a name is its own storage).
-func (p *Provider) slotFree(h *host, pool string, vmid int) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.slotFreeLocked(h.Name, pool, vmid)
-}
-
-func (p *Provider) slotFreeLocked(hostName, pool string, vmid int) bool {
-	if _, held := p.clones[vmid]; held {
-		return true
-	}
-	onHost, onPool := 0, 0
-	now := p.clock.Now()
-	for _, c := range p.clones {
-		if c.host != hostName || (c.done == nil && now.Sub(c.since) >= cloneHoldLimit) {
-			continue
-		}
-		onHost++
-		if c.pool == pool {
-			onPool++
-		}
-	}
-	return (p.cfg.ClonesPerNode <= 0 || onHost < p.cfg.ClonesPerNode) &&
-		(p.cfg.ClonesPerStorage <= 0 || onPool < p.cfg.ClonesPerStorage)
-}
 
 // holdLimit bounds how long a placement holds a clone slot for a clone
 // that does not begin (its claim's reservation was not stored, or the
-// claim went away).
+// claim went away), and how long an owner stays queued for a slot without
+// asking again: its Slots' Lapse.
 const holdLimit = 30 * time.Second
 
-// holdSlot takes a clone slot onto pool on h for o's VM vmid, just
-// placed, when its clone could begin now, and reports whether it holds
-// one. The slot is taken at placement, not when the clone begins, so that
-// what the placement says (provider.EnsureResult.Waits) holds in a burst:
+// poolKey names pool of host hostName for the per-storage clone limit: a
+// pool is a host's, each host's pool of a name its own storage.
+func poolKey(hostName, pool string) string { return hostName + "/" + pool }
+
+// holdSlot takes a clone slot onto pool on h for VM vmid, just placed,
+// when its clone could begin now, and reports whether it holds one. The
+// slot is taken at placement, not when the clone begins, so that what the
+// placement says (provider.EnsureResult.Waits) holds in a burst:
 // concurrent claims begin their clones in any order, and a slot free at
 // placement could be taken by another's clone before this one's, which
 // then waited after saying it would not (a status write more).
-func (p *Provider) holdSlot(h *host, pool string, vmid int, o provider.Owner) bool {
-	return p.claimSlot(h, pool, vmid, o, true)
+func (p *Provider) holdSlot(h *host, pool string, vmid int) bool {
+	return p.slots.Hold(vmid, h.Name, []string{poolKey(h.Name, pool)})
 }
 
 // takeSlot takes a clone slot onto pool on h for o's VM vmid (the one its
 // placement holds, if any), or queues o and returns false.
 func (p *Provider) takeSlot(h *host, pool string, vmid int, o provider.Owner) bool {
-	return p.claimSlot(h, pool, vmid, o, false)
+	return p.slots.Take(vmid, o, h.Name, []string{poolKey(h.Name, pool)})
 }
 
-// claimSlot is holdSlot (placing) and takeSlot: a placement that finds no
-// slot free is told so, a clone is queued to be woken when one frees.
-func (p *Provider) claimSlot(h *host, pool string, vmid int, o provider.Owner, placing bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.clock.Now()
-	p.dropLapsedHoldsLocked(now)
-	if !p.slotFreeLocked(h.Name, pool, vmid) {
-		if !placing {
-			p.queued[o.UID] = o
-			p.obs.CloneQueue(len(p.queued))
-		}
-		return false
-	}
-	c, held := p.clones[vmid]
-	switch {
-	case !held:
-		c = &clone{host: h.Name, pool: pool, owner: o.UID, since: now}
-		if placing {
-			c.placed = now
-		}
-		p.clones[vmid] = c
-	case !placing && !c.placed.IsZero():
-		// The clone takes the slot its placement held: from now on it is
-		// a clone in flight (cloneHoldLimit), no longer a hold.
-		c.placed, c.since = time.Time{}, now
-	}
-	if !placing {
-		delete(p.queued, o.UID)
-	}
-	return true
-}
-
-// dropLapsedHoldsLocked frees the slots placements hold for clones that
-// have not begun within holdLimit.
-func (p *Provider) dropLapsedHoldsLocked(now time.Time) {
-	for vmid, c := range p.clones {
-		if !c.placed.IsZero() && now.Sub(c.placed) > holdLimit {
-			delete(p.clones, vmid)
-		}
-	}
-}
-
-// releaseSlot frees VM vmid's clone slot, if it holds one, and wakes the
-// owners waiting for one.
+// releaseSlot frees VM vmid's clone slot, if it holds one, with the full
+// copy this process ran for it, and wakes the owners waiting for a slot
+// that would get one now.
 func (p *Provider) releaseSlot(vmid int) {
 	p.mu.Lock()
-	if _, held := p.clones[vmid]; !held {
-		p.mu.Unlock()
-		return
-	}
-	delete(p.clones, vmid)
-	waiting := slices.Collect(maps.Values(p.queued))
+	delete(p.copies, vmid)
 	p.mu.Unlock()
-	if p.wake == nil {
-		return
-	}
-	for _, o := range waiting {
-		p.wake(o)
-	}
+	p.slots.Release(vmid)
 }

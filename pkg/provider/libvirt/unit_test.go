@@ -105,12 +105,20 @@ func TestFreeID(t *testing.T) {
 
 func testProvider(t *testing.T, mutate func(*provider.ClusterConfig, *ClusterSettings)) *Provider {
 	t.Helper()
+	return testProviderWith(t, provider.Deps{}, mutate)
+}
+
+// testProviderWith is testProvider with deps (its Signer filled in), for
+// a test's clock or Wake.
+func testProviderWith(t *testing.T, deps provider.Deps, mutate func(*provider.ClusterConfig, *ClusterSettings)) *Provider {
+	t.Helper()
 	s := &ClusterSettings{Hosts: []Host{{Name: "h1", URI: "qemu:///system?socket=/nonexistent/sock"}, {Name: "h2", URI: "qemu:///system"}}, VolumePool: "vms"}
 	cfg := provider.ClusterConfig{Name: "lab", VMIDStart: 100, VMIDEnd: 199, Settings: s}
 	if mutate != nil {
 		mutate(&cfg, s)
 	}
-	p, err := New(cfg, provider.Deps{Signer: testSigner(t)})
+	deps.Signer = testSigner(t)
+	p, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,27 +155,36 @@ func TestReserve(t *testing.T) {
 	}
 }
 
+// TestCloneSlots: ClonesPerNode bounds the clones in flight on a host;
+// the owners that find no slot wait first come first served, and a freed
+// slot wakes only the one it is free for.
 func TestCloneSlots(t *testing.T) {
 	var woken []string
-	p := testProvider(t, func(c *provider.ClusterConfig, _ *ClusterSettings) { c.ClonesPerNode = 1 })
-	p.wake = func(o provider.Owner) { woken = append(woken, o.UID) }
+	p := testProviderWith(t, provider.Deps{Wake: func(o provider.Owner) { woken = append(woken, o.UID) }},
+		func(c *provider.ClusterConfig, _ *ClusterSettings) { c.ClonesPerNode = 1 })
 	h := p.hostNamed("h1")
-	a, b := provider.Owner{UID: "a"}, provider.Owner{UID: "b"}
+	a, b, d := provider.Owner{UID: "a"}, provider.Owner{UID: "b"}, provider.Owner{UID: "d"}
 	if !p.takeSlot(h, "vms", 100, a) {
 		t.Fatal("the first clone waits")
 	}
 	if !p.takeSlot(h, "vms", 100, a) {
 		t.Error("the clone holding the slot waits for it")
 	}
-	if p.takeSlot(h, "other", 101, b) || p.slotFree(h, "other", 101) {
+	if p.takeSlot(h, "other", 101, b) {
 		t.Fatal("a second clone starts with ClonesPerNode 1")
+	}
+	if p.takeSlot(h, "vms", 103, d) {
+		t.Fatal("a third clone starts with ClonesPerNode 1")
 	}
 	if !p.takeSlot(p.hostNamed("h2"), "vms", 102, provider.Owner{UID: "c"}) {
 		t.Error("a clone on another host waits")
 	}
 	p.releaseSlot(100)
 	if len(woken) != 1 || woken[0] != "b" {
-		t.Errorf("woken %v, want [b]", woken)
+		t.Errorf("woken %v, want [b]: the one slot freed is b's, who asked first", woken)
+	}
+	if p.takeSlot(h, "vms", 103, d) {
+		t.Error("the owner queued second took the freed slot before the first")
 	}
 	if !p.takeSlot(h, "other", 101, b) {
 		t.Error("the freed slot is not taken")
@@ -179,18 +196,17 @@ func TestCloneSlots(t *testing.T) {
 // the first begins its clone even when the second asks first; a hold no
 // clone takes lapses after holdLimit.
 func TestPlacementHoldsTheCloneSlot(t *testing.T) {
-	p := testProvider(t, func(c *provider.ClusterConfig, _ *ClusterSettings) { c.ClonesPerNode = 1 })
 	clock := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC))
-	p.clock = clock
+	p := testProviderWith(t, provider.Deps{Clock: clock}, func(c *provider.ClusterConfig, _ *ClusterSettings) { c.ClonesPerNode = 1 })
 	h := p.hostNamed("h1")
 	a, b := provider.Owner{UID: "a"}, provider.Owner{UID: "b"}
-	if !p.holdSlot(h, "vms", 100, a) {
+	if !p.holdSlot(h, "vms", 100) {
 		t.Fatal("the first VM placed is told it waits")
 	}
-	if !p.holdSlot(h, "vms", 100, a) {
+	if !p.holdSlot(h, "vms", 100) {
 		t.Error("placed again, the VM holding the slot is told it waits")
 	}
-	if p.holdSlot(h, "vms", 101, b) {
+	if p.holdSlot(h, "vms", 101) {
 		t.Fatal("a second VM placed on the host, its one slot held, is told its clone begins now")
 	}
 	if p.takeSlot(h, "vms", 101, b) {
@@ -201,16 +217,20 @@ func TestPlacementHoldsTheCloneSlot(t *testing.T) {
 	}
 	// Taken by its clone, the slot no longer lapses as a hold.
 	clock.Step(holdLimit + time.Second)
-	if p.slotFree(h, "vms", 101) {
+	if p.takeSlot(h, "vms", 101, b) {
 		t.Error("the slot of a clone in flight lapsed as a placement's hold")
 	}
 	p.releaseSlot(100)
+	if !p.takeSlot(h, "vms", 101, b) {
+		t.Fatal("the queued clone does not get the freed slot")
+	}
+	p.releaseSlot(101)
 
-	if !p.holdSlot(h, "vms", 102, a) {
-		t.Fatal("placing after the clone ended waits")
+	if !p.holdSlot(h, "vms", 102) {
+		t.Fatal("placing after the clones ended waits")
 	}
 	clock.Step(holdLimit + time.Second)
-	if !p.holdSlot(h, "vms", 103, b) {
+	if !p.holdSlot(h, "vms", 103) {
 		t.Error("a hold no clone took still holds the slot after holdLimit")
 	}
 }
@@ -234,8 +254,41 @@ func TestCloneSlotsPerPool(t *testing.T) {
 		t.Error("a clone onto h2's pool vms waits for h1's")
 	}
 	p.releaseSlot(100)
-	if !p.slotFree(h1, "vms", 101) {
+	if !p.takeSlot(h1, "vms", 101, provider.Owner{UID: "b"}) {
 		t.Error("pool vms of h1 has no free slot after its clone ended")
+	}
+}
+
+// TestCloneOwnerNeverBack: a clone whose owner does not come back to see
+// its disk stops counting against the host's slots after cloneHoldLimit,
+// unless a full copy of this process runs for it; its owner's return
+// still finds its slot.
+func TestCloneOwnerNeverBack(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC))
+	p := testProviderWith(t, provider.Deps{Clock: clock}, func(c *provider.ClusterConfig, _ *ClusterSettings) { c.ClonesPerNode = 1 })
+	h := p.hostNamed("h1")
+	a, b, c := provider.Owner{UID: "a"}, provider.Owner{UID: "b"}, provider.Owner{UID: "c"}
+	if !p.takeSlot(h, "vms", 100, a) {
+		t.Fatal("the first clone waits")
+	}
+	clock.Step(cloneHoldLimit - time.Second)
+	if p.takeSlot(h, "vms", 101, b) {
+		t.Fatal("a clone took the slot of one in flight for less than cloneHoldLimit")
+	}
+	clock.Step(time.Second)
+	if !p.takeSlot(h, "vms", 101, b) {
+		t.Fatal("a clone whose owner never came back holds the slot after cloneHoldLimit")
+	}
+	if !p.takeSlot(h, "vms", 100, a) {
+		t.Error("the owner coming back late lost its clone's slot")
+	}
+	p.releaseSlot(100)
+
+	// A full copy keeps its slot counted however long it runs.
+	p.slots.Watch(101, true)
+	clock.Step(cloneHoldLimit + time.Second)
+	if p.takeSlot(h, "vms", 102, c) {
+		t.Error("a clone took the slot of a full copy running longer than cloneHoldLimit")
 	}
 }
 

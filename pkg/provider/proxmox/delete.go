@@ -56,7 +56,7 @@ func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev prov
 	}
 	// A VM deleted between its placement and its clone request gives
 	// back the slot its placement held.
-	p.releaseHold(prog.VMID)
+	p.slots.ReleaseHold(prog.VMID)
 	if prog.Task == nil || prog.Task.Operation == opBoot {
 		// A lost Progress: an upload this process started may still run,
 		// and its file would outlive a deletion that did not wait for it.
@@ -77,7 +77,7 @@ func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev prov
 			return result(false, "waiting for the %s task before deleting VM %d", t.Operation, prog.VMID), nil
 		default:
 			if t.Operation == opClone {
-				p.releaseCloneSlot(prog.VMID)
+				p.slots.Release(prog.VMID)
 			}
 			p.clearInflight(prog.VMID, t.ID)
 			if st.ok() {

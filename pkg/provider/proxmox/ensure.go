@@ -253,7 +253,7 @@ func (c *ensureCall) poll(ctx context.Context) (*provider.EnsureResult, bool, er
 // release frees what a finished task held.
 func (c *ensureCall) release(t *provider.Task) {
 	if t.Operation == opClone {
-		c.p.releaseCloneSlot(c.prog.VMID)
+		c.p.slots.Release(c.prog.VMID)
 	}
 }
 
@@ -374,7 +374,7 @@ func (c *ensureCall) derive(ctx context.Context) (*provider.EnsureResult, error)
 		return c.replace(ctx, err)
 	}
 	c.prog.Building = true
-	c.p.releaseCloneSlot(c.prog.VMID)
+	c.p.slots.Release(c.prog.VMID)
 	if l := cfg["lock"]; l != "" {
 		return c.result(provider.PhaseConfiguring, lockedVM, "VM %d is locked (%s); waiting", c.prog.VMID, l), nil
 	}
@@ -499,7 +499,7 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 		return nil, err
 	}
 	storages := c.p.cloneStorageKeys(view, tmpl, c.spec, c.prog.Node)
-	if !c.p.acquireCloneSlot(vmid, c.spec.Owner, c.prog.Node, storages) {
+	if !c.p.slots.Take(vmid, c.spec.Owner, c.prog.Node, storages) {
 		res := c.result(provider.PhaseQueued, slotPoll, "%s", c.p.slotWait(c.prog.Node))
 		res.Waits = res.Message
 		return res, nil
@@ -542,7 +542,7 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 	c.p.cloneSent(c.spec.Owner.UID, vmid)
 	upid, err := c.p.api.upid(ctx, http.MethodPost, path, nil, body)
 	if err != nil {
-		c.p.releaseCloneSlot(vmid)
+		c.p.slots.Release(vmid)
 		return c.cloneFailed(ctx, tmpl, err)
 	}
 	c.setTask(opClone, upid)

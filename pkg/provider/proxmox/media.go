@@ -61,7 +61,7 @@ func (p *Provider) RemoveCloudInitMedia(ctx context.Context, owner provider.Owne
 			return wait("waiting for the %s task of VM %d before removing its cloud-init ISO", t.Operation, prog.VMID), nil
 		default:
 			if t.Operation == opClone {
-				p.releaseCloneSlot(prog.VMID)
+				p.slots.Release(prog.VMID)
 			}
 			if t.Operation == opISODelete && st.ok() {
 				p.noteISOGone(prog.VMID)

@@ -234,6 +234,11 @@ func (p *Provider) cloneSent(owner string, vmid int) {
 // VM id reserved but frees its memory (the VM runs and the node counts it,
 // or the attempt failed).
 func (p *Provider) release(owner string, vmid int, keepID bool) {
+	if vmid != 0 && !keepID {
+		// Before the reservation goes: once it has, another placement may
+		// take the id and hold a slot for it, which this must not drop.
+		p.slots.Forget(vmid)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if r := p.reservations[owner]; r != nil && (vmid == 0 || r.vmid == vmid) {
@@ -248,11 +253,12 @@ func (p *Provider) release(owner string, vmid int, keepID bool) {
 	}
 }
 
+// dropCloneStateLocked forgets the clone task and backoff of vmid; its
+// clone slot is the caller's to forget (Slots.Forget), before it takes
+// p.mu: the slots have their own lock.
 func (p *Provider) dropCloneStateLocked(vmid int) {
-	delete(p.clones, vmid)
 	delete(p.inflight, vmid)
 	delete(p.backoff, vmid)
-	p.dequeueLocked(vmid)
 }
 
 // reservedMemoryLocked returns a copy of the memory reserved per node.
@@ -294,6 +300,12 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 		return placement{}, err
 	}
 	mem := memoryHint(spec, tmpl)
+	if exclude != 0 {
+		// Its slot goes before p.mu is taken (the slots have their own
+		// lock): the id stays reserved until it is blocked below, so no
+		// other placement holds a slot for it in between.
+		p.slots.Forget(exclude)
+	}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -557,145 +569,6 @@ func (p *Provider) allocateLocked(view *clusterView) (int, error) {
 	return 0, provider.Errorf(provider.ClassResource, "VMIDRangeExhausted", "%w (vmidRange %d-%d)", provider.ErrIDRangeExhausted, start, end)
 }
 
-// cloneSlot is a clone in flight, counted against the node and storage
-// limits, or a slot held for a VM just placed (heldSince set) whose clone
-// request follows in its claim's same pass.
-type cloneSlot struct {
-	node     string
-	storages []string
-	// heldSince is when the placement took the slot; zero once the clone
-	// request has it. A hold its clone request never claims (the
-	// reservation's status write failed, the claim went away) lapses
-	// after queueTTL.
-	heldSince time.Time
-}
-
-// queued is a VM waiting for a clone slot.
-type queued struct {
-	vmid     int
-	owner    provider.Owner
-	node     string
-	storages []string
-	seen     time.Time
-}
-
-// acquireCloneSlot takes a clone slot for vmid, or queues it. VMs queued
-// earlier for the same node or storages go first.
-func (p *Provider) acquireCloneSlot(vmid int, owner provider.Owner, node string, storages []string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.clock.Now()
-	p.dropLapsedHoldsLocked(now)
-	if slot := p.clones[vmid]; slot != nil {
-		slot.heldSince = time.Time{}
-		return true
-	}
-	before := len(p.queue)
-	live := p.queue[:0]
-	for _, q := range p.queue {
-		if now.Sub(q.seen) <= queueTTL {
-			live = append(live, q)
-		}
-	}
-	p.queue = live
-	if len(live) != before {
-		p.obs.CloneQueue(len(live))
-	}
-	perNode, perStore := p.clonesLocked()
-	// Count the VMs ahead in the queue that compete for the same limits.
-	mine := -1
-	for i, q := range p.queue {
-		if q.vmid == vmid {
-			mine = i
-			q.seen = now
-			break
-		}
-		q.count(perNode, perStore)
-	}
-	if !p.underCloneLimits(node, storages, perNode, perStore) {
-		if mine < 0 {
-			p.queue = append(p.queue, &queued{vmid: vmid, owner: owner, node: node, storages: storages, seen: now})
-		}
-		p.obs.CloneQueue(len(p.queue))
-		return false
-	}
-	if mine >= 0 {
-		p.queue = append(p.queue[:mine], p.queue[mine+1:]...)
-		p.obs.CloneQueue(len(p.queue))
-	}
-	p.clones[vmid] = &cloneSlot{node: node, storages: storages}
-	return true
-}
-
-// releaseCloneSlot frees vmid's clone slot and wakes the queued VMs that
-// may take a slot now (Deps.Wake), so that they do not wait out their
-// poll interval.
-func (p *Provider) releaseCloneSlot(vmid int) {
-	p.mu.Lock()
-	_, held := p.clones[vmid]
-	delete(p.clones, vmid)
-	var wake []provider.Owner
-	if held && p.wake != nil {
-		wake = p.admissibleLocked()
-	}
-	p.mu.Unlock()
-	for _, o := range wake {
-		p.wake(o)
-	}
-}
-
-// admissibleLocked returns the owners of the queued VMs that would get a
-// clone slot now, by the rule acquireCloneSlot applies: the slots in use
-// plus every VM queued earlier for the same node or storages stay under
-// the limits.
-func (p *Provider) admissibleLocked() []provider.Owner {
-	inNode, inStore := p.clonesLocked()
-	var out []provider.Owner
-	for _, q := range p.queue {
-		if p.underCloneLimits(q.node, q.storages, inNode, inStore) && q.owner.UID != "" {
-			out = append(out, q.owner)
-		}
-		// Later VMs count this one as ahead of them.
-		q.count(inNode, inStore)
-	}
-	return out
-}
-
-// clonesLocked counts the clones in flight by node and by storage.
-func (p *Provider) clonesLocked() (perNode, perStore map[string]int) {
-	perNode, perStore = map[string]int{}, map[string]int{}
-	for _, s := range p.clones {
-		perNode[s.node]++
-		for _, st := range s.storages {
-			perStore[st]++
-		}
-	}
-	return perNode, perStore
-}
-
-// count adds the queued VM to counts by node and by storage.
-func (q *queued) count(perNode, perStore map[string]int) {
-	perNode[q.node]++
-	for _, st := range q.storages {
-		perStore[st]++
-	}
-}
-
-// underCloneLimits reports whether one more clone on node to storages
-// stays within clonesPerNode and clonesPerStorage (a limit of zero means
-// none), given the clones counted ahead of it.
-func (p *Provider) underCloneLimits(node string, storages []string, perNode, perStore map[string]int) bool {
-	if p.cfg.ClonesPerNode > 0 && perNode[node] >= p.cfg.ClonesPerNode {
-		return false
-	}
-	for _, st := range storages {
-		if p.cfg.ClonesPerStorage > 0 && perStore[st] >= p.cfg.ClonesPerStorage {
-			return false
-		}
-	}
-	return true
-}
-
 // holdCloneSlot takes a clone slot for spec's VM vmid, just placed on
 // node, when its clone would start now, and otherwise says why it would
 // wait (provider.EnsureResult.Waits): the clones in flight, the slots
@@ -716,46 +589,10 @@ func (p *Provider) holdCloneSlot(ctx context.Context, spec *provider.VMSpec, nod
 	if err != nil {
 		return ""
 	}
-	storages := p.cloneStorageKeys(view, tmpl, spec, node)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.clock.Now()
-	p.dropLapsedHoldsLocked(now)
-	if p.clones[vmid] != nil {
-		return ""
-	}
-	perNode, perStore := p.clonesLocked()
-	for _, q := range p.queue {
-		if now.Sub(q.seen) <= queueTTL {
-			q.count(perNode, perStore)
-		}
-	}
-	if !p.underCloneLimits(node, storages, perNode, perStore) {
+	if !p.slots.Hold(vmid, node, p.cloneStorageKeys(view, tmpl, spec, node)) {
 		return p.slotWait(node)
 	}
-	p.clones[vmid] = &cloneSlot{node: node, storages: storages, heldSince: now}
 	return ""
-}
-
-// dropLapsedHoldsLocked frees the slots held at placement whose clone
-// request has not come within queueTTL.
-func (p *Provider) dropLapsedHoldsLocked(now time.Time) {
-	for vmid, slot := range p.clones {
-		if !slot.heldSince.IsZero() && now.Sub(slot.heldSince) > queueTTL {
-			delete(p.clones, vmid)
-		}
-	}
-}
-
-// releaseHold frees vmid's slot if it is held for a clone not yet
-// requested (the VM is placed elsewhere, or deleted before its clone).
-func (p *Provider) releaseHold(vmid int) {
-	p.mu.Lock()
-	slot := p.clones[vmid]
-	p.mu.Unlock()
-	if slot != nil && !slot.heldSince.IsZero() {
-		p.releaseCloneSlot(vmid)
-	}
 }
 
 // slotWait is the message of a VM waiting for a clone slot on node.
@@ -789,16 +626,6 @@ func (p *Provider) clearInflight(vmid int, upid string) {
 	defer p.mu.Unlock()
 	if t, ok := p.inflight[vmid]; ok && t.task.ID == upid {
 		delete(p.inflight, vmid)
-	}
-}
-
-func (p *Provider) dequeueLocked(vmid int) {
-	for i, q := range p.queue {
-		if q.vmid == vmid {
-			p.queue = append(p.queue[:i], p.queue[i+1:]...)
-			p.obs.CloneQueue(len(p.queue))
-			return
-		}
 	}
 }
 

@@ -60,6 +60,7 @@ import (
 
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/cloneslots"
 )
 
 // inflight is a task this process started for an owner's VM.
@@ -90,7 +91,8 @@ const (
 	// blockedTTL is how long a VM id found taken by someone else is
 	// skipped even if a listing misses it.
 	blockedTTL = 10 * time.Minute
-	// queueTTL forgets a queued VM that stopped asking for a clone slot.
+	// queueTTL forgets a queued VM that stopped asking for a clone slot,
+	// and a slot held at placement whose clone request has not come.
 	queueTTL = 30 * time.Second
 )
 
@@ -112,6 +114,10 @@ type Provider struct {
 	isoStorage string
 	// wake tells the caller about queued VMs that may go on (Deps.Wake).
 	wake func(provider.Owner)
+	// slots are the clone slots (ClonesPerNode, ClonesPerStorage), each
+	// counted against its node and its storages' keys (storageKey); they
+	// have their own lock.
+	slots *cloneslots.Slots
 	// pace knows how long each kind of task typically takes here, for
 	// when to look at one again (pace.go).
 	pace taskPace
@@ -144,10 +150,6 @@ type Provider struct {
 	blocked map[int]time.Time
 	// cursor is where the next VM id search starts.
 	cursor int
-	// clones are clone slots in use, by VM id.
-	clones map[int]*cloneSlot
-	// queue lists VMs waiting for a clone slot, in arrival order.
-	queue []*queued
 	// atCap are the owners refused a placement by cfg.MaxMachines, by UID;
 	// they are woken (Deps.Wake) when one of this install's VMs is deleted.
 	atCap map[string]provider.Owner
@@ -270,8 +272,10 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	// (done without go-proxmox, whose upload ignores the context) is
 	// authenticated the same way.
 	px := proxmox.NewClient(base.String(), proxmox.WithHTTPClient(hc), proxmox.WithUserAgent("hyperfleet"))
+	slots := cloneslots.New(cloneslots.Config{PerNode: cfg.ClonesPerNode, PerStorage: cfg.ClonesPerStorage,
+		Lapse: queueTTL, Now: clk.Now, Wake: deps.Wake, Observe: obs.CloneQueue})
 	return &Provider{
-		cfg: cfg, isoStorage: settings.ISOStorage, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}), obs: obs, clock: clk, log: deps.Log, insecure: insecure, wake: deps.Wake,
+		cfg: cfg, isoStorage: settings.ISOStorage, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}), obs: obs, clock: clk, log: deps.Log, insecure: insecure, wake: deps.Wake, slots: slots,
 		api:          &api{px: px, http: hc, baseURL: base.String(), basePath: base.Path, timeout: cfg.RequestTimeout},
 		templates:    map[int]*templateInfo{},
 		reservations: map[string]*reservation{},
@@ -282,7 +286,6 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 		freed:        map[int]time.Time{},
 		atCap:        map[string]provider.Owner{},
 		cursor:       cfg.VMIDStart,
-		clones:       map[int]*cloneSlot{},
 		backoff:      map[int]*backoffState{},
 		inflight:     map[int]inflight{},
 		isoGone:      map[int]bool{},
