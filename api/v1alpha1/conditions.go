@@ -400,6 +400,20 @@ const (
 	// one job (Buildkite) is up and stands by with no credential until its
 	// RunnerPool binds it a queued job; the pool counts it as idle.
 	WaitingForJobReason ConditionReason = "WaitingForJob"
+	// SuspendingReason: a standby VM (spec.standby) is up and being
+	// suspended to disk, with no credential.
+	SuspendingReason ConditionReason = "Suspending"
+	// StandingByReason: a standby VM is suspended to disk, with no
+	// credential, until its RunnerPool takes it for a job.
+	StandingByReason ConditionReason = "StandingBy"
+	// ResumingReason: a VM taken from its pool's standby tier for a job is
+	// being resumed; its addresses are read again and its credential
+	// placed once its guest answers.
+	ResumingReason ConditionReason = "Resuming"
+	// StandbyFailedReason: the hypervisor refused for good to suspend a
+	// standby VM or to resume it (the message says why); the claim fails
+	// and its pool replaces it.
+	StandbyFailedReason ConditionReason = "StandbyFailed"
 	// RetainedReason: a failed VM is kept, stopped, for debugging.
 	RetainedReason ConditionReason = "RetainedForDebugging"
 

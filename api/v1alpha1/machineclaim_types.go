@@ -564,6 +564,9 @@ type PhaseTimes struct {
 	// provisioning is when the claim entered phase Provisioning.
 	// +optional
 	Provisioning *metav1.Time `json:"provisioning,omitempty"`
+	// standby is when the claim entered phase Standby.
+	// +optional
+	Standby *metav1.Time `json:"standby,omitempty"`
 	// bootstrapping is when the claim entered phase Bootstrapping.
 	// +optional
 	Bootstrapping *metav1.Time `json:"bootstrapping,omitempty"`
