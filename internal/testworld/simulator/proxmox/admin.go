@@ -207,6 +207,21 @@ func (s *Simulator) GuestPowerOff(vmid int) error {
 	return nil
 }
 
+// Unlock is `qm unlock <vmid>` run by an admin on the VM's node: the
+// config's lock is removed, whatever it was (a suspend to disk that failed
+// leaves "lock: suspending" for exactly this).
+func (s *Simulator) Unlock(vmid int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runDueLocked()
+	v := s.vms[vmid]
+	if v == nil {
+		return fmt.Errorf("VM %d does not exist", vmid)
+	}
+	delete(v.conf, "lock")
+	return nil
+}
+
 // SetGuestImage marks VM vmid (a template, usually) as a real guest booted
 // from img, or, with nil, as a simulated one again. Clones made afterwards
 // inherit it; running VMs keep what they booted with until restarted.
