@@ -2,6 +2,7 @@ package proxmoxsim
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -57,6 +58,10 @@ var (
 		param{name: "nocheck", kind: kBool, optional: true},
 	)
 )
+
+// errRealGuestSuspend fails the task of a suspend (or pause) of a real
+// guest: not modelled (README.md, "Known approximations").
+var errRealGuestSuspend = errors.New("proxmox-sim: suspending a real (QEMU) guest is not modelled")
 
 // savedGuest is what a suspend to disk (or a pause) keeps of the simulated
 // guest beside its memory: whether its agent answered and whether its
@@ -137,7 +142,7 @@ func (s *Simulator) pauseLocked(v *vm, skiplock bool) error {
 		return fmt.Errorf("VM %d not running", v.vmid)
 	}
 	if v.image != nil {
-		return fmt.Errorf("the simulator does not pause real guests")
+		return errRealGuestSuspend
 	}
 	if v.paused {
 		return nil
@@ -168,7 +173,7 @@ func (s *Simulator) beginSuspendLocked(v *vm, st *storage, skiplock bool, at tim
 		return "", fmt.Errorf("VM %d not running", v.vmid)
 	}
 	if v.image != nil {
-		return "", fmt.Errorf("the simulator does not suspend real guests to disk")
+		return "", errRealGuestSuspend
 	}
 	volid := vmstateVolid(st, v.vmid, at)
 	scope := st.scope(v.node)
