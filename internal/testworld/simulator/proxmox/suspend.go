@@ -209,7 +209,7 @@ func (s *Simulator) endSuspendLocked(v *vm, volid string) error {
 	}
 	image, err := s.takeMemoryLocked(v)
 	if err != nil {
-		return fmt.Errorf("query-savevm failed with error '%v'", err)
+		return fmt.Errorf("query-savevm failed with error '%w'", err)
 	}
 	vol.data = image
 	// A paused VM's program is held already (an in-process one ended).
