@@ -106,16 +106,7 @@ func standby(e *env, spec *provider.VMSpec, prog provider.Progress) (provider.Pr
 	if err := power(provider.PowerResume, provider.PowerRunning); err != nil {
 		return prog, err
 	}
-	prog, err = driveUntil(e, func() (provider.Progress, bool, error) {
-		res, err := e.p.EnsureVM(ctx, spec, prog)
-		if err != nil {
-			return prog, false, err
-		}
-		prog = res.Progress
-		e.advance(res.RetryAfter)
-		return prog, res.Phase == provider.PhaseRunning, nil
-	})
-	if err != nil {
+	if prog, err = ensureRunning(e, spec, prog); err != nil {
 		return prog, fmt.Errorf("EnsureVM after the resume: %w", err)
 	}
 	return prog, power(provider.PowerSuspend, provider.PowerSuspended)
@@ -168,16 +159,7 @@ func runFeature(t *testing.T, e *env, fs featureSet) error {
 	if _, err := e.p.ValidateTemplate(ctx, src); err != nil {
 		return fmt.Errorf("ValidateTemplate: %w", err)
 	}
-	var prog provider.Progress
-	_, err := driveUntil(e, func() (provider.Progress, bool, error) {
-		res, err := e.p.EnsureVM(ctx, spec, prog)
-		if err != nil {
-			return prog, false, err
-		}
-		prog = res.Progress
-		e.advance(res.RetryAfter)
-		return prog, res.Phase == provider.PhaseRunning, nil
-	})
+	prog, err := ensureRunning(e, spec, provider.Progress{})
 	if err != nil {
 		return fmt.Errorf("EnsureVM: %w", err)
 	}
@@ -214,6 +196,19 @@ func runFeature(t *testing.T, e *env, fs featureSet) error {
 		return fmt.Errorf("the VM survived DeleteVM")
 	}
 	return nil
+}
+
+// ensureRunning calls EnsureVM from prog until the VM is Running.
+func ensureRunning(e *env, spec *provider.VMSpec, prog provider.Progress) (provider.Progress, error) {
+	return driveUntil(e, func() (provider.Progress, bool, error) {
+		res, err := e.p.EnsureVM(context.Background(), spec, prog)
+		if err != nil {
+			return prog, false, err
+		}
+		prog = res.Progress
+		e.advance(res.RetryAfter)
+		return prog, res.Phase == provider.PhaseRunning, nil
+	})
 }
 
 // driveUntil calls step until it reports done, advancing the clocks a

@@ -53,6 +53,22 @@ func (e *env) power(ref provider.VMRef) (provider.PowerState, provider.PowerStat
 	return "", ""
 }
 
+// suspendAt builds claim name's VM to phase and has SetPower suspend it
+// to disk; with wait, until its task has ended.
+func (e *env) suspendAt(name string, phase provider.Phase, wait bool) (*provider.VMSpec, provider.Progress) {
+	e.t.Helper()
+	spec := testSpec(name, "uid-"+name)
+	d := e.ensure(e.p, spec, provider.Progress{}, phase, 200)
+	task, err := e.p.SetPower(context.Background(), spec.Owner, d.prog.VMRef(), provider.PowerSuspend)
+	if err != nil || task == nil || task.Operation != opSuspend {
+		e.t.Fatalf("suspend: %+v %v", task, err)
+	}
+	if wait {
+		e.waitTask(task)
+	}
+	return spec, d.prog
+}
+
 // TestSuspendLockStates: the lock of a suspend to disk decides what the
 // provider reports. While the memory is saved ("lock: suspending") the VM
 // still runs and EnsureVM waits; once "lock: suspended" GetVM and ListVMs
@@ -149,22 +165,17 @@ func TestSuspendLockStates(t *testing.T) {
 func TestSuspendedWhileBooting(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	spec := testSpec("runner-y", "uid-yyyy")
-	d := e.ensure(e.p, spec, provider.Progress{}, provider.PhaseBooting, 60)
-	ref, vmid := d.prog.VMRef(), mustVMID(d.prog.ID)
-	task, err := e.p.SetPower(ctx, spec.Owner, ref, provider.PowerSuspend)
-	if err != nil || task == nil {
-		t.Fatalf("suspend: %+v %v", task, err)
-	}
-	e.waitTask(task)
-	res, err := e.p.EnsureVM(ctx, spec, d.prog)
+	spec, prog := e.suspendAt("runner-y", provider.PhaseBooting, true)
+	ref, vmid := prog.VMRef(), mustVMID(prog.ID)
+	res, err := e.p.EnsureVM(ctx, spec, prog)
 	if err != nil || res.Phase != provider.PhaseSuspended {
 		t.Fatalf("EnsureVM of a VM suspended while booting: %+v %v", res, err)
 	}
 	if e.vm(vmid).Config["ide2"] == "none,media=cdrom" {
 		t.Fatal("the ISO of the suspended VM was ejected")
 	}
-	if task, err = e.p.SetPower(ctx, spec.Owner, ref, provider.PowerResume); err != nil || task == nil {
+	task, err := e.p.SetPower(ctx, spec.Owner, ref, provider.PowerResume)
+	if err != nil || task == nil {
 		t.Fatalf("resume: %+v %v", task, err)
 	}
 	e.waitTask(task)
@@ -172,7 +183,7 @@ func TestSuspendedWhileBooting(t *testing.T) {
 	if err != nil || res.Phase != provider.PhaseBooting {
 		t.Fatalf("EnsureVM right after the resume: %+v %v, want Booting", res, err)
 	}
-	d = e.ensure(e.p, spec, res.Progress, provider.PhaseRunning, 60)
+	d := e.ensure(e.p, spec, res.Progress, provider.PhaseRunning, 60)
 	if len(d.res.Addresses) == 0 || e.vm(vmid).Config["ide2"] != "none,media=cdrom" {
 		t.Fatalf("Running after the resume: %+v, ide2 %q", d.res, e.vm(vmid).Config["ide2"])
 	}
@@ -186,15 +197,8 @@ func TestSuspendedWhileBooting(t *testing.T) {
 // included) fails the deletion.
 func TestDeleteSuspendedVM(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
-	spec := testSpec("runner-x", "uid-xxxx")
-	d := e.ensure(e.p, spec, provider.Progress{}, provider.PhaseRunning, 200)
-	vmid := mustVMID(d.prog.ID)
-	task, err := e.p.SetPower(ctx, spec.Owner, d.prog.VMRef(), provider.PowerSuspend)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.waitTask(task)
+	spec, prog := e.suspendAt("runner-x", provider.PhaseRunning, true)
+	vmid := mustVMID(prog.ID)
 	state := ""
 	for _, v := range e.state().Storages {
 		for _, vol := range v.Volumes {
@@ -207,7 +211,7 @@ func TestDeleteSuspendedVM(t *testing.T) {
 		t.Fatal("no state volume for the suspended VM")
 	}
 	e.obs.reset()
-	e.remove(e.p, spec.Owner, d.prog, 30)
+	e.remove(e.p, spec.Owner, prog, 30)
 	if n := e.obs.count(http.MethodDelete, "/nodes/{node}/qemu/{vmid}"); n != 1 {
 		t.Errorf("%d destroys, want 1", n)
 	}
@@ -227,12 +231,8 @@ func TestDeleteSuspendedVM(t *testing.T) {
 func TestFailedSuspend(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	spec := testSpec("runner-w", "uid-wwww")
-	d := e.ensure(e.p, spec, provider.Progress{}, provider.PhaseRunning, 200)
-	ref, vmid := d.prog.VMRef(), mustVMID(d.prog.ID)
-	if _, err := e.p.SetPower(ctx, spec.Owner, ref, provider.PowerSuspend); err != nil {
-		t.Fatal(err)
-	}
+	spec, prog := e.suspendAt("runner-w", provider.PhaseRunning, false)
+	ref, vmid := prog.VMRef(), mustVMID(prog.ID)
 	if err := e.sim.GuestPowerOff(vmid); err != nil {
 		t.Fatal(err)
 	}
@@ -240,15 +240,15 @@ func TestFailedSuspend(t *testing.T) {
 	if v := e.vm(vmid); v.Lock != lockSuspending || v.Config["vmstate"] != "" || v.Status != "stopped" {
 		t.Fatalf("after the failed suspend: lock %q, vmstate %q, %s", v.Lock, v.Config["vmstate"], v.Status)
 	}
-	res, err := e.p.EnsureVM(ctx, spec, d.prog)
+	res, err := e.p.EnsureVM(ctx, spec, prog)
 	if err != nil || res.Phase != provider.PhaseStopped {
 		t.Fatalf("EnsureVM after a failed suspend: %+v %v", res, err)
 	}
-	del, err := e.p.DeleteVM(ctx, spec.Owner, d.prog)
+	del, err := e.p.DeleteVM(ctx, spec.Owner, prog)
 	if err != nil || del.Done || del.RetryAfter == 0 || !strings.Contains(del.Message, "qm unlock "+strconv.Itoa(vmid)) {
 		t.Fatalf("DeleteVM after a failed suspend: %+v %v", del, err)
 	}
-	rm, err := e.p.RemoveCloudInitMedia(ctx, spec.Owner, d.prog)
+	rm, err := e.p.RemoveCloudInitMedia(ctx, spec.Owner, prog)
 	if err != nil || rm.Done || !strings.Contains(rm.Message, "qm unlock") {
 		t.Fatalf("RemoveCloudInitMedia after a failed suspend: %+v %v", rm, err)
 	}
@@ -260,7 +260,7 @@ func TestFailedSuspend(t *testing.T) {
 	if err := e.sim.Unlock(vmid); err != nil {
 		t.Fatal(err)
 	}
-	e.remove(e.p, spec.Owner, d.prog, 30)
+	e.remove(e.p, spec.Owner, prog, 30)
 	if e.vm(vmid) != nil {
 		t.Fatal("the VM outlived DeleteVM")
 	}
@@ -273,15 +273,8 @@ func TestFailedSuspend(t *testing.T) {
 func TestSuspendedMediaAndDisown(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	spec := testSpec("runner-v", "uid-vvvv")
-	d := e.ensure(e.p, spec, provider.Progress{}, provider.PhaseRunning, 200)
-	ref, vmid := d.prog.VMRef(), mustVMID(d.prog.ID)
-	task, err := e.p.SetPower(ctx, spec.Owner, ref, provider.PowerSuspend)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.waitTask(task)
-	prog := d.prog
+	spec, prog := e.suspendAt("runner-v", provider.PhaseRunning, true)
+	ref, vmid := prog.VMRef(), mustVMID(prog.ID)
 	for range 10 {
 		res, err := e.p.RemoveCloudInitMedia(ctx, spec.Owner, prog)
 		if err != nil {
