@@ -124,7 +124,9 @@ type Provider interface {
 	// owner (and that no release for owner left) is never touched:
 	// ErrNotOwned. A VM the hypervisor says does not exist is ErrNotFound.
 	// A VM that is locked (a task in flight) is not Done: call again after
-	// RetryAfter.
+	// RetryAfter. A VM suspended to disk whose hypervisor changes nothing of
+	// a suspended VM's definition (Proxmox VE) is refused, ClassPermanent
+	// with reason Suspended: resume it (or delete it) first.
 	DisownVM(ctx context.Context, owner Owner, ref VMRef) (*DisownResult, error)
 
 	// ListVMs returns every VM of the cluster from one batch call. It
@@ -711,9 +713,9 @@ type EnsureResult struct {
 	Addresses []string
 	// MACAddress is the first interface's MAC once known.
 	MACAddress string
-	// RetryAfter says when calling again is useful. Zero with PhaseRunning
-	// or PhaseStopped means no further call is needed; zero otherwise
-	// means "call again now".
+	// RetryAfter says when calling again is useful. Zero with PhaseRunning,
+	// PhaseStopped or PhaseSuspended (the resting phases) means no further
+	// call is needed; zero otherwise means "call again now".
 	RetryAfter time.Duration
 	// Message says what happens in words, for conditions and events.
 	Message string
