@@ -486,8 +486,11 @@ const (
 	BootstrapTimeoutReason ConditionReason = "BootstrapTimeout"
 	DriftReplacedReason    ConditionReason = "DriftReplaced"
 	ScaledDownReason       ConditionReason = "ScaledDown"
-	OrphanedReason         ConditionReason = "Orphaned"
-	DeletedReason          ConditionReason = "Deleted"
+	// StandbyExpiredReason: a standby VM reached its pool's
+	// standby.maxAge.
+	StandbyExpiredReason ConditionReason = "StandbyExpired"
+	OrphanedReason       ConditionReason = "Orphaned"
+	DeletedReason        ConditionReason = "Deleted"
 	// VMPoweredOffReason: the claim's VM powered off on its own.
 	VMPoweredOffReason ConditionReason = "VMPoweredOff"
 	// VMGoneReason: the claim's VM no longer exists on its cluster.

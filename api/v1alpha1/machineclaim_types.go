@@ -60,7 +60,7 @@ type MachineClaimEndRequest struct {
 	// job_timeout are hard limits: they do not wait for a busy runner (the
 	// pool cancelled its job first).
 	// +required
-	// +kubebuilder:validation:Enum=job_completed;idle_timeout;max_lifetime;job_timeout;bootstrap_timeout;drift_replaced;scaled_down;orphaned
+	// +kubebuilder:validation:Enum=job_completed;idle_timeout;max_lifetime;job_timeout;bootstrap_timeout;drift_replaced;scaled_down;orphaned;standby_expired
 	Reason EndReason `json:"reason"`
 
 	// message explains the reason to people.

@@ -2183,6 +2183,10 @@ func (in *PhaseTimes) DeepCopyInto(out *PhaseTimes) {
 		in, out := &in.Provisioning, &out.Provisioning
 		*out = (*in).DeepCopy()
 	}
+	if in.Standby != nil {
+		in, out := &in.Standby, &out.Standby
+		*out = (*in).DeepCopy()
+	}
 	if in.Bootstrapping != nil {
 		in, out := &in.Bootstrapping, &out.Bootstrapping
 		*out = (*in).DeepCopy()
