@@ -332,3 +332,56 @@ func TestPropertyIdempotent(t *testing.T) {
 		}
 	})
 }
+
+// ruleBeforeStandby is the rule as it stood before the standby tier,
+// written again from the package documentation rather than copied from
+// Plan, and checked against that Plan before the tier was added. It takes
+// the generator's inputs (counts non-negative, bounds consistent), so it
+// sanitizes nothing.
+func ruleBeforeStandby(in Input) Decision {
+	var d Decision
+	want := max(in.MinReplicas, in.Busy+in.Pending+in.MinIdle)
+	roomForRunners := in.MaxReplicas - in.Retained
+	d.Desired = max(in.Busy, min(want, roomForRunners))
+	if want > roomForRunners {
+		d.Limit = AtMaxReplicas
+	}
+	d.RemoveStaleStarting, d.RemoveStaleIdle = in.StaleStarting, in.StaleIdle
+	fresh := in.Starting + in.Idle + in.Busy
+	if fresh > d.Desired {
+		low := in.Now
+		if in.LowDemandSince != nil && !in.LowDemandSince.After(in.Now) {
+			low = *in.LowDemandSince
+		}
+		d.LowDemandSince = &low
+		due, surplus := low.Add(in.ScaleDownDelay), min(fresh-d.Desired, in.Idle)
+		if due.After(in.Now) && surplus > 0 {
+			d.ScaleDownAt = due
+		} else if !due.After(in.Now) {
+			d.RemoveIdle = surplus
+		}
+	}
+	// A removed claim's VM exists until it is destroyed, so removals leave
+	// the VM count as it was.
+	free := in.MaxReplicas - (in.Live() + in.Terminating + in.Retained)
+	if missing := d.Desired - (fresh - d.RemoveIdle); missing > 0 {
+		d.Create = max(min(missing, free), 0)
+		if d.Create < missing && d.Limit == NotLimited {
+			d.Limit = WaitingForTermination
+		}
+	}
+	return d
+}
+
+// Feature: hyperfleet-operator, Property 9: RunnerPool Scaling Behavior
+//
+// TestPropertyRuleBeforeStandby: Plan decides what the rule before the
+// standby tier decided.
+func TestPropertyRuleBeforeStandby(t *testing.T) {
+	checkProperty(t, func(in Input, d Decision) string {
+		if want := ruleBeforeStandby(in); !sameDecision(d, want) {
+			return "differs from the rule before the standby tier, which decides " + describeDecision(in, want)
+		}
+		return ""
+	})
+}
