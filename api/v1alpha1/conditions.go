@@ -108,6 +108,10 @@ const (
 	// an unknown time zone, no start in five years); that schedule opens no
 	// window, the others work. Unset without schedules.
 	RunnerPoolSchedulesValidCondition ConditionType = "SchedulesValid"
+	// RunnerPoolStandbyCondition says whether the pool's standby tier
+	// (spec.standby) is kept: True with its counts, False with why it is
+	// not (StandbyUnsupported); absent for a pool without one.
+	RunnerPoolStandbyCondition ConditionType = "Standby"
 	// RunnerPoolListeningCondition is True while the leader's listener
 	// holds a message session of the pool's runner scale set
 	// (spec.workload.github.scaleSet) and so learns of its jobs without a
@@ -389,6 +393,18 @@ const (
 	// WaitingForTerminationReason: room under maxReplicas is held by VMs
 	// still being destroyed.
 	WaitingForTerminationReason ConditionReason = "WaitingForTermination"
+	// WaitingForStandbyReason: room under maxReplicas that demand needs is
+	// held by standby VMs still being built; each is taken for a job once
+	// it is suspended.
+	WaitingForStandbyReason ConditionReason = "WaitingForStandby"
+	// StandbyUnsupportedReason: the pool's template is one whose VMs
+	// cannot stand by yet (its VMs attest with SPIRE: their join token or
+	// TPM enrollment is issued at the build, for the build); the pool keeps
+	// no standby tier.
+	StandbyUnsupportedReason ConditionReason = "StandbyUnsupported"
+	// StandbyNotRefilledReason: the pool's standby tier is short of its
+	// size because maxReplicas leaves no room beside its runners.
+	StandbyNotRefilledReason ConditionReason = "StandbyNotRefilled"
 	// TemplateNotReadyReason: the pool's template is missing or not valid.
 	TemplateNotReadyReason ConditionReason = "TemplateNotReady"
 	// RunnerOnlineReason: the VM's runner is registered and connected.

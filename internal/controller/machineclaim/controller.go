@@ -282,11 +282,12 @@ func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
 // validation (right after the cluster is loaded, so that a finished round
 // is recorded even while a later phase waits), its secrets placed, its
 // attestation, its VM and its runner; checkRunning ends every
-// such pass. A standby claim's VM is suspended, or resumed, first
-// (holdStandby, standby.go): one that stands by runs nothing else.
+// such pass. A standby claim's VM is suspended, or resumed, once its
+// template and cluster are loaded (holdStandby, standby.go): one that
+// stands by runs nothing after that.
 // checkSupported acts only on a claim without a VM reference.
 func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.holdStandby, r.checkSupported, r.DNS.ensure, r.loadDependencies, r.loadProvider, r.validation.checkNetwork,
+	return []phase.Func[*claimScope]{r.checkSupported, r.DNS.ensure, r.loadDependencies, r.loadProvider, r.holdStandby, r.validation.checkNetwork,
 		r.ensureSecrets, r.Identity.checkAttestation, r.ensureStoredCredential, r.checkRunning}
 }
 

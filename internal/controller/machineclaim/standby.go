@@ -58,6 +58,15 @@ func (r *Reconciler) suspendStandby(ctx context.Context, s *claimScope) (phase.R
 		// Stands by: its pool wakes it (clearing spec.standby) to take it.
 		return phase.Stop(), nil
 	}
+	if s.tmpl != nil && Attests(s.tmpl) {
+		// Its pool makes no standby VMs of such a template
+		// (runnerpool_standby.go, standbyUnsupported); one made before
+		// the template attested fails rather than wait with an identity
+		// issued for a build long past.
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.StandbyUnsupportedReason,
+			message: fmt.Sprintf("template %s attests its VMs with SPIRE, whose join token or TPM enrollment cannot wait in a standby tier", s.tmpl.Name)})
+		return phase.Stop(), nil
+	}
 	p, vm, res, err := r.readStandbyVM(ctx, s)
 	if vm == nil {
 		return res, err
