@@ -83,7 +83,7 @@ var features = map[string]string{
 	"delivery-proxmox": "`delivery: proxmox` (Proxmox's own cloud-init drive)",
 	"vtpm":             "`spec.attestation.tpm.addVirtualTPM` (a new tpmstate0 disk per VM)",
 	"pools":            "Resource pools (`spec.source.proxmox.pool`)",
-	"standby":          "The standby tier: VMs suspended to disk between jobs and resumed for one (issue 58)",
+	"standby":          "The standby tier (`spec.standby` of a RunnerPool): VMs suspended to disk and resumed for a job",
 }
 
 func (d rolesDoc) validate() error {

@@ -201,10 +201,10 @@ func (r *RunnerPoolReconciler) setStandbyStatus(s *poolScope) {
 	// pass: an event is a write.
 	was := s.read.Status.Standby
 	wasShort := was != nil && was.Ready+was.Refilling < was.Size
-	reason := ""
+	cause := ""
 	switch {
 	case d.StandbyLimit == scaling.AtMaxReplicas:
-		reason = "max_replicas"
+		cause = "max_replicas"
 		if wasShort {
 			break
 		}
@@ -214,9 +214,9 @@ func (r *RunnerPoolReconciler) setStandbyStatus(s *poolScope) {
 	case d.CreateStandby > s.createdStandby:
 		// Room, but no new VMs now: the pool's Ready and
 		// CapacityAvailable conditions say why.
-		reason = "blocked"
+		cause = "blocked"
 	}
-	if reason != "" {
-		metrics.StandbyRefillShort.WithLabelValues(ns, name, reason).Inc()
+	if cause != "" {
+		metrics.StandbyRefillShort.WithLabelValues(ns, name, cause).Inc()
 	}
 }
