@@ -122,7 +122,6 @@ func TestStandbyTierWarmFirstStandbyNextColdLast(t *testing.T) {
 		}
 	}
 	for _, j := range w.jobList() {
-		j := j
 		if err := w.c.Delete(w.ctx(), &j); err != nil {
 			t.Fatal(err)
 		}
