@@ -108,6 +108,10 @@ const (
 	// an unknown time zone, no start in five years); that schedule opens no
 	// window, the others work. Unset without schedules.
 	RunnerPoolSchedulesValidCondition ConditionType = "SchedulesValid"
+	// RunnerPoolStandbyCondition says whether the pool's standby tier
+	// (spec.standby) is kept: True with its counts, False with why it is
+	// not (StandbyUnsupported); absent for a pool without one.
+	RunnerPoolStandbyCondition ConditionType = "Standby"
 	// RunnerPoolListeningCondition is True while the leader's listener
 	// holds a message session of the pool's runner scale set
 	// (spec.workload.github.scaleSet) and so learns of its jobs without a
@@ -389,6 +393,18 @@ const (
 	// WaitingForTerminationReason: room under maxReplicas is held by VMs
 	// still being destroyed.
 	WaitingForTerminationReason ConditionReason = "WaitingForTermination"
+	// WaitingForStandbyReason: room under maxReplicas that demand needs is
+	// held by standby VMs still being built; each is taken for a job once
+	// it is suspended.
+	WaitingForStandbyReason ConditionReason = "WaitingForStandby"
+	// StandbyUnsupportedReason: the pool's template is one whose VMs
+	// cannot stand by yet (its VMs attest with SPIRE: their join token or
+	// TPM enrollment is issued at the build, for the build); the pool keeps
+	// no standby tier.
+	StandbyUnsupportedReason ConditionReason = "StandbyUnsupported"
+	// StandbyNotRefilledReason: the pool's standby tier is short of its
+	// size because maxReplicas leaves no room beside its runners.
+	StandbyNotRefilledReason ConditionReason = "StandbyNotRefilled"
 	// TemplateNotReadyReason: the pool's template is missing or not valid.
 	TemplateNotReadyReason ConditionReason = "TemplateNotReady"
 	// RunnerOnlineReason: the VM's runner is registered and connected.
@@ -400,6 +416,20 @@ const (
 	// one job (Buildkite) is up and stands by with no credential until its
 	// RunnerPool binds it a queued job; the pool counts it as idle.
 	WaitingForJobReason ConditionReason = "WaitingForJob"
+	// SuspendingReason: a standby VM (spec.standby) is up and being
+	// suspended to disk, with no credential.
+	SuspendingReason ConditionReason = "Suspending"
+	// StandingByReason: a standby VM is suspended to disk, with no
+	// credential, until its RunnerPool takes it for a job.
+	StandingByReason ConditionReason = "StandingBy"
+	// ResumingReason: a VM taken from its pool's standby tier for a job is
+	// being resumed; its addresses are read again and its credential
+	// placed once its guest answers.
+	ResumingReason ConditionReason = "Resuming"
+	// StandbyFailedReason: the hypervisor refused for good to suspend a
+	// standby VM or to resume it (the message says why); the claim fails
+	// and its pool replaces it.
+	StandbyFailedReason ConditionReason = "StandbyFailed"
 	// RetainedReason: a failed VM is kept, stopped, for debugging.
 	RetainedReason ConditionReason = "RetainedForDebugging"
 
@@ -472,8 +502,11 @@ const (
 	BootstrapTimeoutReason ConditionReason = "BootstrapTimeout"
 	DriftReplacedReason    ConditionReason = "DriftReplaced"
 	ScaledDownReason       ConditionReason = "ScaledDown"
-	OrphanedReason         ConditionReason = "Orphaned"
-	DeletedReason          ConditionReason = "Deleted"
+	// StandbyExpiredReason: a standby VM reached its pool's
+	// standby.maxAge.
+	StandbyExpiredReason ConditionReason = "StandbyExpired"
+	OrphanedReason       ConditionReason = "Orphaned"
+	DeletedReason        ConditionReason = "Deleted"
 	// VMPoweredOffReason: the claim's VM powered off on its own.
 	VMPoweredOffReason ConditionReason = "VMPoweredOff"
 	// VMGoneReason: the claim's VM no longer exists on its cluster.

@@ -18,8 +18,12 @@ const (
 	EndBootstrapTimeout EndReason = "bootstrap_timeout"
 	// EndDriftReplaced: built from an older template; replaced by a fresh VM.
 	EndDriftReplaced EndReason = "drift_replaced"
-	// EndScaledDown: an idle VM removed because demand fell.
+	// EndScaledDown: an idle VM removed because demand fell (or a standby
+	// VM because its pool's standby tier was made smaller).
 	EndScaledDown EndReason = "scaled_down"
+	// EndStandbyExpired: a standby VM stood by, suspended, for its pool's
+	// standby.maxAge; a fresh one replaces it.
+	EndStandbyExpired EndReason = "standby_expired"
 	// EndOrphaned: the orphan sweeper destroyed a VM that had no claim.
 	EndOrphaned EndReason = "orphaned"
 	// EndFailed: provisioning failed for good, or the VM's ownership did
@@ -49,6 +53,7 @@ var endConditionReasons = map[EndReason]ConditionReason{
 	EndBootstrapTimeout: BootstrapTimeoutReason,
 	EndDriftReplaced:    DriftReplacedReason,
 	EndScaledDown:       ScaledDownReason,
+	EndStandbyExpired:   StandbyExpiredReason,
 	EndOrphaned:         OrphanedReason,
 	EndFailed:           ProvisioningFailedReason,
 	EndPoweredOff:       VMPoweredOffReason,

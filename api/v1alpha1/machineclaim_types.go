@@ -7,6 +7,8 @@ import (
 // MachineClaimSpec asks for one single-use VM.
 // +kubebuilder:validation:XValidation:rule="has(self.runnerPoolRef) == has(oldSelf.runnerPoolRef)",message="spec.runnerPoolRef is immutable: it cannot be added or removed after creation"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.end) || has(self.end)",message="spec.end cannot be removed once set: the claim is already ending; delete the claim instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.standby) || !self.standby || has(self.runnerPoolRef)",message="spec.standby needs spec.runnerPoolRef: only a RunnerPool resumes a standby VM for a job; remove spec.standby"
+// +kubebuilder:validation:XValidation:rule="!has(self.standby) || !self.standby || (has(oldSelf.standby) && oldSelf.standby)",message="spec.standby can only be cleared: a claim resumed from the standby tier does not go back to it"
 type MachineClaimSpec struct {
 	// templateRef names the HypervisorMachineTemplate, in this namespace,
 	// the VM is built from. Immutable.
@@ -39,6 +41,15 @@ type MachineClaimSpec struct {
 	// a soft reason) but not removed.
 	// +optional
 	End *MachineClaimEndRequest `json:"end,omitempty"`
+
+	// standby puts the claim's VM in its RunnerPool's standby tier: it is
+	// built and booted as any VM, then suspended to disk with no
+	// credential, and waits. Its RunnerPool clears the field to take the
+	// VM for a job: the VM is resumed, made fresh, and given its
+	// credential then. Written by the operator only (its RunnerPool sets
+	// it at creation and clears it once); it cannot be set again.
+	// +optional
+	Standby bool `json:"standby,omitempty"`
 }
 
 // MachineClaimEndRequest is a RunnerPool's request that one of its claims
@@ -49,7 +60,7 @@ type MachineClaimEndRequest struct {
 	// job_timeout are hard limits: they do not wait for a busy runner (the
 	// pool cancelled its job first).
 	// +required
-	// +kubebuilder:validation:Enum=job_completed;idle_timeout;max_lifetime;job_timeout;bootstrap_timeout;drift_replaced;scaled_down;orphaned
+	// +kubebuilder:validation:Enum=job_completed;idle_timeout;max_lifetime;job_timeout;bootstrap_timeout;drift_replaced;scaled_down;orphaned;standby_expired
 	Reason EndReason `json:"reason"`
 
 	// message explains the reason to people.
@@ -168,7 +179,7 @@ type GitHubRunnerConfig struct {
 
 // MachineClaimPhase is a one-word summary of a claim's state for display.
 // Controllers decide on conditions and status fields, never on the phase.
-// +kubebuilder:validation:Enum=Pending;Provisioning;Bootstrapping;Ready;Draining;Terminating;Failed;Finished
+// +kubebuilder:validation:Enum=Pending;Provisioning;Standby;Bootstrapping;Ready;Draining;Terminating;Failed;Finished
 type MachineClaimPhase string
 
 const (
@@ -176,6 +187,9 @@ const (
 	MachineClaimPending MachineClaimPhase = "Pending"
 	// MachineClaimProvisioning: the VM is being cloned, configured, started.
 	MachineClaimProvisioning MachineClaimPhase = "Provisioning"
+	// MachineClaimStandby: the VM is in its pool's standby tier,
+	// suspended to disk (or being suspended), with no credential.
+	MachineClaimStandby MachineClaimPhase = "Standby"
 	// MachineClaimBootstrapping: the guest is up; its runner is registering.
 	MachineClaimBootstrapping MachineClaimPhase = "Bootstrapping"
 	// MachineClaimReady: the runner is registered (idle or running a job).
@@ -285,6 +299,11 @@ type MachineClaimStatus struct {
 	// end records how the claim ended, once it began to.
 	// +optional
 	End *MachineClaimEnd `json:"end,omitempty"`
+
+	// standby is the VM's time in its pool's standby tier; unset for a VM
+	// that never stood by.
+	// +optional
+	Standby *StandbyStatus `json:"standby,omitempty"`
 
 	// terminationReason says why the VM is being or was removed, for
 	// display (status.end holds the same as typed fields): a code
@@ -545,6 +564,9 @@ type PhaseTimes struct {
 	// provisioning is when the claim entered phase Provisioning.
 	// +optional
 	Provisioning *metav1.Time `json:"provisioning,omitempty"`
+	// standby is when the claim entered phase Standby.
+	// +optional
+	Standby *metav1.Time `json:"standby,omitempty"`
 	// bootstrapping is when the claim entered phase Bootstrapping.
 	// +optional
 	Bootstrapping *metav1.Time `json:"bootstrapping,omitempty"`
@@ -604,4 +626,31 @@ type MachineClaimList struct {
 
 func init() {
 	SchemeBuilder.Register(&MachineClaim{}, &MachineClaimList{})
+}
+
+// StandbyStatus is a standby VM's suspend and resume.
+type StandbyStatus struct {
+	// suspendedAt is when the VM was found suspended to disk, ready to be
+	// resumed: the standby tier's maxAge counts from it.
+	// +optional
+	SuspendedAt *metav1.Time `json:"suspendedAt,omitempty"`
+
+	// resumedAt is when its resume was asked for, after the RunnerPool
+	// took it for a job: its lifecycle limits (bootstrapTimeout,
+	// maxLifetime) count from it.
+	// +optional
+	ResumedAt *metav1.Time `json:"resumedAt,omitempty"`
+}
+
+// Standing reports whether the claim's VM is in its pool's standby tier:
+// spec.standby is set and the claim has not ended.
+func (c *MachineClaim) Standing() bool {
+	return c.Spec.Standby && c.Status.End == nil && !c.EndRequested()
+}
+
+// Suspended reports whether the claim's VM was suspended and not resumed
+// since.
+func (c *MachineClaim) Suspended() bool {
+	st := c.Status.Standby
+	return st != nil && st.SuspendedAt != nil && st.ResumedAt == nil
 }

@@ -23,6 +23,8 @@ const (
 // RunnerPoolSpec is a pool of single-use VMs serving one kind of CI job.
 // +kubebuilder:validation:XValidation:rule="self.workload.type != 'generic' || !has(self.scaling.minIdle) || self.scaling.minIdle == 0",message="scaling.minIdle does not apply to workload.type generic: a generic VM runs its script from its boot and is never idle; keep VMs with scaling.minReplicas instead"
 // +kubebuilder:validation:XValidation:rule="self.workload.type != 'generic' || !has(self.scaling.schedules) || self.scaling.schedules.all(s, !has(s.minIdle) || s.minIdle == 0)",message="scaling.schedules[].minIdle does not apply to workload.type generic: a generic VM is never idle; use the schedule's minReplicas instead"
+// +kubebuilder:validation:XValidation:rule="self.workload.type != 'generic' || ((!has(self.standby) || self.standby.size == 0) && (!has(self.scaling.schedules) || self.scaling.schedules.all(s, !has(s.standby) || s.standby == 0)))",message="standby does not apply to workload.type generic: a generic VM runs its script from its boot, so it cannot wait suspended for a job; remove standby and the schedules' standby"
+// +kubebuilder:validation:XValidation:rule="!has(self.standby) || self.standby.size <= self.scaling.maxReplicas",message="standby.size must be at most scaling.maxReplicas: every standby VM counts toward it; lower standby.size or raise scaling.maxReplicas"
 type RunnerPoolSpec struct {
 	// templateRef names the HypervisorMachineTemplate, in this namespace,
 	// the pool's VMs are built from.
@@ -42,6 +44,38 @@ type RunnerPoolSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Lifecycle Lifecycle `json:"lifecycle,omitempty"`
+
+	// standby is the pool's standby tier: VMs cloned from the template,
+	// booted once until their agent waits for its credential, then
+	// suspended to disk. Demand resumes one per job; its credential goes
+	// in after the resume, and it is destroyed after its job like every
+	// VM. A standby VM holds no host memory and no credential while it
+	// waits (its saved memory is on the hypervisor's storage). Warm VMs
+	// (scaling.minIdle) take jobs first, standby VMs next, new VMs last;
+	// the pool refills the tier behind the demand (docs/runnerpool.md,
+	// "Standby").
+	// +optional
+	Standby *Standby `json:"standby,omitempty"`
+}
+
+// Standby sizes a pool's standby tier and bounds how long its VMs wait.
+type Standby struct {
+	// size is how many suspended VMs the pool keeps ready to resume. They
+	// count toward scaling.maxReplicas. scaling.schedules may raise it in
+	// their windows.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Size int32 `json:"size"`
+
+	// maxAge replaces a standby VM that waited this long, counted from its
+	// suspend: its package caches and certificates go stale. Between 10m
+	// and 168h.
+	// +optional
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10m') && duration(self) <= duration('168h')",message="standby.maxAge must be between 10m and 168h"
+	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
 }
 
 // Workload is the CI platform a pool serves.
@@ -237,7 +271,7 @@ type Scaling struct {
 // the hour skipped when clocks go forward does not happen that day, and one
 // in the hour repeated when they go back happens in both (the windows
 // overlap; the minimum is the same).
-// +kubebuilder:validation:XValidation:rule="has(self.minReplicas) || has(self.minIdle)",message="scaling.schedules[]: set minReplicas, minIdle or both; a schedule without either changes nothing"
+// +kubebuilder:validation:XValidation:rule="has(self.minReplicas) || has(self.minIdle) || has(self.standby)",message="scaling.schedules[]: set minReplicas, minIdle, standby or more of them; a schedule without any changes nothing"
 type ScalingSchedule struct {
 	// name identifies the schedule in status and events.
 	// +kubebuilder:validation:MinLength=1
@@ -283,6 +317,14 @@ type ScalingSchedule struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
 	MinIdle *int32 `json:"minIdle,omitempty"`
+
+	// standby is the standby tier's size while a window is open
+	// (standby.size otherwise; the largest open window's wins, as for the
+	// minimums).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Standby *int32 `json:"standby,omitempty"`
 }
 
 // Lifecycle bounds how long a VM may live in each state. Hard limits
@@ -434,6 +476,11 @@ type RunnerPoolStatus struct {
 	// staleReplicas counts VMs built from an older template hash.
 	// +optional
 	StaleReplicas int32 `json:"staleReplicas,omitempty"`
+
+	// standby counts the standby tier (spec.standby); unset when the pool
+	// has none and no standby VM.
+	// +optional
+	Standby *PoolStandbyStatus `json:"standby,omitempty"`
 
 	// pendingJobs counts queued jobs that match the pool and have no runner yet.
 	// +optional
@@ -643,4 +690,21 @@ type RunnerPoolList struct {
 
 func init() {
 	SchemeBuilder.Register(&RunnerPool{}, &RunnerPoolList{})
+}
+
+// PoolStandbyStatus counts a pool's standby tier.
+type PoolStandbyStatus struct {
+	// size is the tier's size now: spec.standby.size, or the largest open
+	// schedule window's standby.
+	Size int32 `json:"size"`
+	// ready counts standby VMs suspended to disk, ready to be resumed.
+	// +optional
+	Ready int32 `json:"ready,omitempty"`
+	// refilling counts standby VMs being built, booted or suspended.
+	// +optional
+	Refilling int32 `json:"refilling,omitempty"`
+	// resuming counts VMs taken from the tier for a job whose runner is
+	// not online yet.
+	// +optional
+	Resuming int32 `json:"resuming,omitempty"`
 }

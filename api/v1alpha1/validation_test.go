@@ -707,7 +707,7 @@ func invalidCases() []invalidCase {
 		{name: "pool minIdle above max", base: validPool, mutate: set(int64(9), "spec", "scaling", "minIdle"), want: "scaling.minIdle must not be greater than scaling.maxReplicas"},
 		{name: "pool schedule minReplicas above max", base: validPool, mutate: schedules(withSched("minReplicas", int64(6))), want: "scaling.schedules[].minReplicas must not be greater than scaling.maxReplicas"},
 		{name: "pool schedule minIdle above max", base: validPool, mutate: schedules(withSched("minIdle", int64(6))), want: "scaling.schedules[].minIdle must not be greater than scaling.maxReplicas"},
-		{name: "pool schedule raising nothing", base: validPool, mutate: schedules(withSched("minReplicas", nil)), want: "scaling.schedules[]: set minReplicas, minIdle or both"},
+		{name: "pool schedule raising nothing", base: validPool, mutate: schedules(withSched("minReplicas", nil)), want: "scaling.schedules[]: set minReplicas, minIdle, standby or more of them"},
 		{name: "pool schedule cron with four fields", base: validPool, mutate: schedules(withSched("cron", "0 8 * *")), want: "scaling.schedules[].cron must have five fields"},
 		{name: "pool schedule cron descriptor", base: validPool, mutate: schedules(withSched("cron", "@daily")), want: "scaling.schedules[].cron must have five fields"},
 		{name: "pool schedule cron with its own zone", base: validPool, mutate: schedules(withSched("cron", "CRON_TZ=UTC 0 8 * * 1-5")), want: "scaling.schedules[].cron must have five fields"},

@@ -83,6 +83,7 @@ var features = map[string]string{
 	"delivery-proxmox": "`delivery: proxmox` (Proxmox's own cloud-init drive)",
 	"vtpm":             "`spec.attestation.tpm.addVirtualTPM` (a new tpmstate0 disk per VM)",
 	"pools":            "Resource pools (`spec.source.proxmox.pool`)",
+	"standby":          "The standby tier (`spec.standby` of a RunnerPool): VMs suspended to disk and resumed for a job",
 }
 
 func (d rolesDoc) validate() error {
@@ -188,12 +189,15 @@ var ruleDocs = map[privileges.Rule]string{
 		"`net<n>` VM.Config.Network and SDN.Use on `/sdn/zones/localnetwork/<bridge>[/<vlan>]`, `name`/`description`/`agent`/`tags` VM.Config.Options, " +
 		"`ipconfig<n>`/`ciuser`/`sshkeys`/`nameserver`/`searchdomain`/`cicustom`/`citype`/`ciupgrade` VM.Config.Cloudinit or VM.Config.Network; " +
 		"per drive, old and new value (check_drive_perms): a cloud-init drive VM.Config.Cloudinit and VM.Config.CDROM, a CD-ROM VM.Config.CDROM, a disk VM.Config.Disk; " +
-		"a new disk `<storage>:<size>` Datastore.AllocateSpace on `/storage/<storage>`; an ISO volume Datastore.AllocateSpace or Datastore.Audit on its storage (check_volume_access)",
+		"a new disk `<storage>:<size>` Datastore.AllocateSpace on `/storage/<storage>`; an ISO volume Datastore.AllocateSpace or Datastore.Audit on its storage (check_volume_access); " +
+		"deleting `vmstate` VM.Config.Disk and VM.PowerMgmt, and Datastore.AllocateSpace on the saved state's storage when the VM owns it (try_deallocate_drive)",
 	privileges.RuleClone: "Datastore.AllocateSpace on `/storage/<storage>` of each of the source's disks, or on the `storage` parameter (check_storage_access_clone); " +
 		"SDN.Use on each of the source's bridges (check_bridge_access)",
 	privileges.RuleResize:        "Datastore.AllocateSpace on the disk's storage",
 	privileges.RuleVolumeAccess:  "an ISO: Datastore.AllocateSpace or Datastore.Audit on `/storage/{storage}` (Datastore.Allocate passes every volume; check_volume_access)",
 	privileges.RuleContentDelete: "Datastore.Allocate on `/storage/{storage}` (a VM's backup: Datastore.AllocateSpace and VM.Backup instead)",
+	privileges.RuleSuspend: "with `todisk`: VM.Config.Disk on `/vms/{vmid}` and Datastore.AllocateSpace on `/storage/<storage>` of the saved state " +
+		"(`statestorage`, else find_vmstate_storage's pick: the config's `vmstatestorage`, a shared then a local storage of the VM's disks, `local`)",
 }
 
 func renderChecks(checks []privileges.Check) string {

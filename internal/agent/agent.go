@@ -200,6 +200,12 @@ type Options struct {
 	// /opt or /home. Empty in a real VM.
 	Root string
 
+	// System is what the agent makes fresh in the guest before it uses
+	// a secret (its clock, its random number generator: freshen). Nil:
+	// the host's own in a real VM, nothing when Root is set (a guest
+	// sharing its host with others must not step the host's clock).
+	System GuestSystem
+
 	// RunAs is the user the runner runs as; its install and work
 	// directories are handed to it. Empty: the agent's own user (when that
 	// is root, RUNNER_ALLOW_RUNASROOT=1 is set, as the real runner refuses

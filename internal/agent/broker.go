@@ -86,6 +86,9 @@ type BrokerSource struct {
 
 	// Root prefixes SPIREDir (Options.Root).
 	Root string
+	// System is made fresh before the join token or the proofs are used
+	// (Options.System); nil changes nothing.
+	System GuestSystem
 	// SPIREAgent is the spire-agent binary (DefaultSPIREAgent when empty).
 	SPIREAgent string
 	// SPIRESocket is a pre-installed spire-agent's Workload API socket;
@@ -109,7 +112,7 @@ type BrokerSource struct {
 // useOptions fills in the agent's settings.
 func (b *BrokerSource) useOptions(o *Options) {
 	b.Root, b.SPIREAgent, b.SPIRESocket, b.AttestTimeout = o.Root, o.SPIREAgent, o.SPIRESocket, o.AttestTimeout
-	b.Logger, b.UserAgent = o.Logger, "hyperfleet-agent/"+o.Version
+	b.Logger, b.UserAgent, b.System = o.Logger, "hyperfleet-agent/"+o.Version, guestSystem(o)
 }
 
 // Credential attests with SPIRE and fetches the runner credential from the
@@ -195,7 +198,7 @@ func (b *BrokerSource) attest(ctx, fetchCtx context.Context, run *spireRun) (tls
 	var secrets agentconfig.GuestSecrets
 	if f := b.SecretsFile; f != "" {
 		var err error
-		if secrets, err = waitGuestSecrets(ctx, attestCtx, run.log, filepath.Join(b.Root, filepath.FromSlash(f)), ExitAttestation); err != nil {
+		if secrets, err = waitGuestSecrets(ctx, attestCtx, run.log, systemOr(b.System, run.log), filepath.Join(b.Root, filepath.FromSlash(f)), ExitAttestation); err != nil {
 			return tls.Certificate{}, err
 		}
 		switch {

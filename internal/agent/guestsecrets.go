@@ -55,7 +55,7 @@ func prepareSecretsDir(path string, code int) error {
 // a failure; ctx ends at the deadline, which fails with code (ExitNoSecrets,
 // or ExitAttestation when the join token was waited for). A document read
 // while it is being written is incomplete and read again.
-func waitGuestSecrets(parent, ctx context.Context, log *slog.Logger, path string, code int) (agentconfig.GuestSecrets, error) {
+func waitGuestSecrets(parent, ctx context.Context, log *slog.Logger, sys GuestSystem, path string, code int) (agentconfig.GuestSecrets, error) {
 	if err := prepareSecretsDir(path, code); err != nil {
 		return agentconfig.GuestSecrets{}, err
 	}
@@ -75,6 +75,9 @@ func waitGuestSecrets(parent, ctx context.Context, log *slog.Logger, path string
 					log.Error("cannot remove the secrets file", "path", path, "error", err)
 				}
 				log.Info("secrets received from the operator; their file removed", "path", path, "waited", time.Since(started).Round(time.Millisecond))
+				if err := freshen(log, sys, g.Fresh, code); err != nil {
+					return agentconfig.GuestSecrets{}, err
+				}
 				return g, nil
 			}
 			last = perr.Error()
@@ -117,10 +120,15 @@ type GuestSource struct {
 	Root string
 	// Logger receives progress (never a secret); slog.Default when nil.
 	Logger *slog.Logger
+	// System is made fresh before the credential is used
+	// (Options.System); nil changes nothing.
+	System GuestSystem
 }
 
 // useOptions fills in the agent's settings.
-func (g *GuestSource) useOptions(o *Options) { g.Root, g.Logger = o.Root, o.Logger }
+func (g *GuestSource) useOptions(o *Options) {
+	g.Root, g.Logger, g.System = o.Root, o.Logger, guestSystem(o)
+}
 
 // Prepare makes the directory the credential arrives in root's alone, as
 // Run does before its ready hint (a guest that sends the hint itself calls
@@ -137,7 +145,7 @@ func (g *GuestSource) Credential(ctx context.Context) (Credential, error) {
 	}
 	waitCtx, cancel := context.WithDeadline(ctx, g.Deadline)
 	defer cancel()
-	doc, err := waitGuestSecrets(ctx, waitCtx, log, filepath.Join(g.Root, filepath.FromSlash(g.File)), ExitNoSecrets)
+	doc, err := waitGuestSecrets(ctx, waitCtx, log, systemOr(g.System, log), filepath.Join(g.Root, filepath.FromSlash(g.File)), ExitNoSecrets)
 	if err != nil {
 		return Credential{}, err
 	}

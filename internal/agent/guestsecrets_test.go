@@ -51,7 +51,7 @@ func TestWaitGuestSecrets(t *testing.T) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		g, err := waitGuestSecrets(context.Background(), ctx, log, path, ExitAttestation)
+		g, err := waitGuestSecrets(context.Background(), ctx, log, sharedHost{log: log}, path, ExitAttestation)
 		if err != nil || g.JoinToken != "9b2f4c1e-7d3a-4f5b-8c6d-1e2f3a4b5c6d" || g.BrokerProof != "proof-1" {
 			t.Fatalf("waitGuestSecrets = %+v, %v", g, err)
 		}
@@ -68,7 +68,7 @@ func TestWaitGuestSecrets(t *testing.T) {
 		path := filepath.Join(t.TempDir(), agentconfig.SecretsFile)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, err := waitGuestSecrets(context.Background(), ctx, log, path, ExitAttestation)
+		_, err := waitGuestSecrets(context.Background(), ctx, log, sharedHost{log: log}, path, ExitAttestation)
 		if exitCode(err) != ExitAttestation || !strings.Contains(err.Error(), "before the deadline") || !strings.Contains(err.Error(), "qemu-guest-agent") {
 			t.Fatalf("no token: %v (exit code %d), want ExitAttestation naming the deadline and the guest agent", err, exitCode(err))
 		}
@@ -83,7 +83,7 @@ func TestWaitGuestSecrets(t *testing.T) {
 		path := filepath.Join(t.TempDir(), agentconfig.SecretsFile)
 		parent, stop := context.WithCancel(context.Background())
 		stop()
-		_, err := waitGuestSecrets(parent, context.Background(), log, path, ExitAttestation)
+		_, err := waitGuestSecrets(parent, context.Background(), log, sharedHost{log: log}, path, ExitAttestation)
 		if err == nil || exitCode(err) == ExitAttestation {
 			t.Fatalf("a stopped agent: %v (exit code %d), want no attestation failure", err, exitCode(err))
 		}

@@ -371,7 +371,37 @@ type GuestSecrets struct {
 	// expiresAt is when the runner credential stops being usable;
 	// optional.
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	// fresh is what the guest takes from the operator before it uses
+	// any secret of the document (internal/agent, freshen).
+	Fresh *Freshness `json:"fresh,omitempty"`
 }
+
+// Freshness is what a guest cannot trust its own state for after it was
+// suspended to disk (a standby VM, resumed for its job): its clock ran on
+// from the moment of the suspend, and its random number generator's state
+// was saved with its memory on the hypervisor's storage, where a reader
+// of that storage could learn it. The operator places it with every
+// secrets document, through the guest channel (so it never rests on
+// storage); the agent steps its clock to Time when it is further off than
+// MaxClockSkew and mixes Entropy into the kernel's pool, reseeding it,
+// before anything of the document is used.
+type Freshness struct {
+	// time is the operator's clock when it placed the document.
+	Time time.Time `json:"time"`
+	// entropy is FreshEntropyBytes random bytes drawn for this VM alone
+	// (base64 in JSON).
+	Entropy []byte `json:"entropy"`
+}
+
+// FreshEntropyBytes is the size of Freshness.Entropy: 256 bits, what
+// Linux's CRNG seeds itself with.
+const FreshEntropyBytes = 32
+
+// MaxClockSkew is how far the guest's clock may be from Freshness.Time
+// before the agent steps it: more than the delivery's own delay (the
+// guest channel's write, the agent's poll), less than anything a TLS
+// certificate's or a token's validity would notice.
+const MaxClockSkew = time.Second
 
 // BrokerProofHeader carries GuestSecrets.BrokerProof to the broker.
 const BrokerProofHeader = "Hyperfleet-Broker-Proof"
@@ -404,6 +434,8 @@ func ParseGuestSecrets(data []byte) (GuestSecrets, error) {
 		return GuestSecrets{}, errors.New("the guest secrets carry both a jitConfig and a registrationToken; a VM gets one runner credential")
 	case !identity && !runner:
 		return GuestSecrets{}, errors.New("the guest secrets carry neither a join token nor a runner credential")
+	case g.Fresh != nil && (g.Fresh.Time.IsZero() || len(g.Fresh.Entropy) != FreshEntropyBytes):
+		return GuestSecrets{}, fmt.Errorf("the guest secrets' fresh part needs a time and %d bytes of entropy (it has %d)", FreshEntropyBytes, len(g.Fresh.Entropy))
 	}
 	return g, nil
 }

@@ -262,6 +262,14 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
+func TestParseGuestSecretsFresh(t *testing.T) {
+	doc := `{"jitConfig":"a","fresh":{"time":"2026-11-29T10:00:00.5Z","entropy":"` + strings.Repeat("A", 43) + `="}}`
+	g, err := ParseGuestSecrets([]byte(doc))
+	if err != nil || g.Fresh == nil || !g.Fresh.Time.Equal(time.Date(2026, 11, 29, 10, 0, 0, 5e8, time.UTC)) || len(g.Fresh.Entropy) != FreshEntropyBytes {
+		t.Fatalf("ParseGuestSecrets(%s) = %+v, %v", doc, g, err)
+	}
+}
+
 func TestParseGuestSecrets(t *testing.T) {
 	good := `{"joinToken":"9b2f4c1e-7d3a-4f5b-8c6d-1e2f3a4b5c6d","brokerProof":"pr00f"}`
 	g, err := ParseGuestSecrets([]byte(good))
@@ -289,7 +297,10 @@ func TestParseGuestSecrets(t *testing.T) {
 	}
 	for _, bad := range []string{`{"joinToken":"t"}`, `{"brokerProof":"p"}`, good + `{}`, `{"joinToken":"t","brokerProof":"p","x":1}`,
 		`{}`, `{"jitConfig":"a","registrationToken":"b","registrationURL":"https://github.com/o"}`,
-		`{"enrollmentProof":"e"}`, `{"joinToken":"t","enrollmentProof":"e","brokerProof":"p"}`} {
+		`{"enrollmentProof":"e"}`, `{"joinToken":"t","enrollmentProof":"e","brokerProof":"p"}`,
+		// A fresh part the agent could not make the guest fresh from.
+		`{"jitConfig":"a","fresh":{"time":"2026-11-29T10:00:00Z","entropy":"AAAA"}}`,
+		`{"jitConfig":"a","fresh":{"entropy":"` + strings.Repeat("A", 43) + `="}}`} {
 		if _, err := ParseGuestSecrets([]byte(bad)); err == nil {
 			t.Errorf("ParseGuestSecrets(%s) accepted it", bad)
 		}

@@ -62,7 +62,7 @@ func TestNewClaimsBoundToQueuedJobs(t *testing.T) {
 		claims:  &poolclaims.Claims{Starting: []*hfv1.MachineClaim{boundTo(j1)}, Terminating: []*hfv1.MachineClaim{boundTo(j4)}},
 		pending: []*hfv1.CIJob{job(j3, time.Minute), job(j1, 3*time.Minute), job(j4, 30*time.Second), job(j2, 2*time.Minute)},
 	}
-	if err := r.createClaims(context.Background(), v, 4); err != nil {
+	if err := r.createClaims(context.Background(), v, 4, false); err != nil {
 		t.Fatal(err)
 	}
 	var list hfv1.MachineClaimList

@@ -242,9 +242,17 @@ type poolScope struct {
 	// schedWake wakes the pool when a window opens or closes.
 	schedWake phase.Result
 	created   int
-	removed   map[scaling.Reason]int
-	ended     map[types.UID]bool
-	released  int
+	// The standby tier (runnerpool_standby.go): its size now, its claims
+	// as the decision saw them, the ones this pass took for the demand and
+	// the ones it created to refill it.
+	standbySize    int32
+	standbyRefused string
+	tier           standbyTier
+	activated      int
+	createdStandby int
+	removed        map[scaling.Reason]int
+	ended          map[types.UID]bool
+	released       int
 }
 
 // Reconcile implements reconcile.Reconciler: it opens the pool's scope,

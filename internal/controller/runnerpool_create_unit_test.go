@@ -72,7 +72,7 @@ func TestCreateClaimsInParallel(t *testing.T) {
 	v := &poolScope{pool: pool, now: unitEpoch, removed: map[scaling.Reason]int{}}
 
 	start := time.Now()
-	err := r.createClaims(context.Background(), v, n)
+	err := r.createClaims(context.Background(), v, n, false)
 	if took := time.Since(start); most != n {
 		t.Errorf("at most %d creates were in flight at once (the pass took %s), want all %d", most, took, n)
 	}
@@ -103,7 +103,7 @@ func TestCreateClaimsInParallel(t *testing.T) {
 	if !r.expect.Satisfied(key, r.expect.Mark(), list.Items, unitEpoch) {
 		t.Error("the pool's expectations wait for more than the claims it created")
 	}
-	if err := r.createClaims(context.Background(), v, 0); err != nil {
+	if err := r.createClaims(context.Background(), v, 0, false); err != nil {
 		t.Errorf("creating no claims: %v", err)
 	}
 }

@@ -66,6 +66,13 @@ func (r *RunnerPoolReconciler) enforceLifecycle(ctx context.Context, s *poolScop
 	if pc.Busy, err = check(pc.Busy); err != nil {
 		return phase.Stop(), err
 	}
+	// A standby VM that never gets suspended (its boot fails, its
+	// hypervisor refuses the suspend) reaches bootstrapTimeout like any
+	// VM; a suspended one is bounded by the tier's maxAge instead
+	// (runnerpool_standby.go).
+	if pc.StandbyBuilding, err = check(pc.StandbyBuilding); err != nil {
+		return phase.Stop(), err
+	}
 	return res, nil
 }
 

@@ -30,11 +30,15 @@ func (r *RunnerPoolReconciler) scale(ctx context.Context, s *poolScope) (phase.R
 	staleStarting, freshStarting := byDrift(s.claims.Starting, s.claims.Stale)
 	staleIdle, freshIdle := byDrift(s.claims.Idle, s.claims.Stale)
 	res := s.schedWake
+	s.tier = s.standbyTier()
 	in := s.scalingInput(len(freshStarting), len(staleStarting), len(freshIdle), len(staleIdle))
 	d := scaling.Plan(in)
 	s.decision = d
 	if !d.ScaleDownAt.IsZero() {
 		res = res.Sooner(d.ScaleDownAt.Sub(s.now))
+	}
+	if !s.tier.nextExpiry.IsZero() {
+		res = res.Sooner(s.tier.nextExpiry.Sub(s.now))
 	}
 	for _, c := range slices.Concat(staleStarting[:d.RemoveStaleStarting], staleIdle[:d.RemoveStaleIdle]) {
 		msg := fmt.Sprintf("built from template hash %s; the template is now %s", shortHash(c.Status.TemplateHash), shortHash(s.hash))
@@ -48,11 +52,20 @@ func (r *RunnerPoolReconciler) scale(ctx context.Context, s *poolScope) (phase.R
 			return phase.Stop(), err
 		}
 	}
-	if ok, _, _ := s.canBuild(); d.Create <= 0 || !ok || !s.scopeVerified || s.feedBlocked != "" {
+	if err := r.applyStandby(ctx, s, s.tier, d); err != nil {
+		return phase.Stop(), err
+	}
+	if ok, _, _ := s.canBuild(); d.Create+d.CreateStandby <= 0 || !ok || !s.scopeVerified || s.feedBlocked != "" {
 		return res, nil
 	}
-	n, wait := r.allowedCreations(s, d.Create)
-	if err := r.createClaims(ctx, s, n); err != nil {
+	// The demand's claims first; the tier's refill from what the
+	// replacement backoff still allows.
+	n, wait := r.allowedCreations(s, d.Create+d.CreateStandby)
+	runners := min(n, d.Create)
+	if err := r.createClaims(ctx, s, runners, false); err != nil {
+		return phase.Stop(), err
+	}
+	if err := r.createClaims(ctx, s, n-runners, true); err != nil {
 		return phase.Stop(), err
 	}
 	return res.Sooner(wait), nil
@@ -82,6 +95,8 @@ func (s *poolScope) scalingInput(starting, staleStarting, idle, staleIdle int) s
 		Idle: idle, StaleIdle: staleIdle, Busy: len(pc.Busy),
 		Terminating: len(pc.Terminating) + s.removedCount(), Retained: len(pc.Retained),
 		Now: s.now, ScaleDownDelay: 5 * time.Minute,
+		StandbySize: int(s.standbySize), Standby: len(s.tier.ready), StandbyBuilding: len(s.tier.building),
+		StaleStandby: len(s.tier.stale), ExpiredStandby: len(s.tier.expired),
 	}
 	if d := pool.Spec.Scaling.ScaleDownDelay; d != nil {
 		in.ScaleDownDelay = d.Duration
@@ -101,14 +116,19 @@ const maxParallelCreates = 8
 
 // createClaims creates n claims for the pool, up to maxParallelCreates at
 // a time. Every creation is tried; the errors are joined.
-func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n int) error {
+func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n int, standby bool) error {
 	if n <= 0 {
 		return nil
 	}
 	claims := make([]*hfv1.MachineClaim, n)
 	jobs := r.unboundJobs(s)
+	if standby {
+		// The tier's VMs wait for no job in particular.
+		jobs = nil
+	}
 	for i := range claims {
 		claims[i] = r.newClaim(s)
+		claims[i].Spec.Standby = standby
 		// A new claim for a queued job that no claim is made for yet is
 		// made for it, on a platform that binds claims to jobs; the rest
 		// (warm claims, minIdle) stay unbound.
@@ -132,11 +152,20 @@ func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n
 		}()
 	}
 	wg.Wait()
+	action := "create"
+	if standby {
+		action = "create_standby"
+	}
 	for _, err := range errs {
-		if err == nil {
-			s.created++
-			metrics.PoolScalingActions.WithLabelValues(s.pool.Namespace, s.pool.Name, "create", "").Inc()
+		if err != nil {
+			continue
 		}
+		if standby {
+			s.createdStandby++
+		} else {
+			s.created++
+		}
+		metrics.PoolScalingActions.WithLabelValues(s.pool.Namespace, s.pool.Name, action, "").Inc()
 	}
 	return errors.Join(errs...)
 }

@@ -27,7 +27,7 @@ func (r *RunnerPoolReconciler) evaluateSchedules(s *poolScope) phase.Result {
 	specs := make([]schedule.Spec, 0, len(sc.Schedules))
 	for _, w := range sc.Schedules {
 		specs = append(specs, schedule.Spec{Name: w.Name, Cron: w.Cron, TimeZone: w.TimeZone, Duration: w.Duration.Duration,
-			MinReplicas: w.MinReplicas, MinIdle: w.MinIdle})
+			MinReplicas: w.MinReplicas, MinIdle: w.MinIdle, Standby: w.Standby})
 	}
 	compiled, errs := schedule.Compile(specs, s.now)
 	s.sched = schedule.Evaluate(s.now, sc.MinReplicas, ptrOr(sc.MinIdle, 0), compiled)

@@ -27,6 +27,7 @@ func (r *RunnerPoolReconciler) updateStatus(ctx context.Context, s *poolScope) {
 	s.readiness().setOn(&s.pool.Status.Conditions, s.pool.Generation)
 	r.setScaling(ctx, s)
 	r.setCapacity(s)
+	r.setStandbyStatus(s)
 	s.recordMetrics()
 }
 
@@ -41,7 +42,7 @@ func (s *poolScope) setCounts() {
 			stale++
 		}
 	}
-	starting, idle, busy := s.remaining(pc.Starting)+s.created, s.remaining(pc.Idle), s.remaining(pc.Busy)
+	starting, idle, busy := s.remaining(pc.Starting)+s.created+s.activated, s.remaining(pc.Idle), s.remaining(pc.Busy)
 	st.Replicas = int32(starting + idle + busy)
 	st.DesiredReplicas = int32(d.Desired)
 	st.MinReplicas = s.sched.MinReplicas
@@ -90,9 +91,13 @@ func (r *RunnerPoolReconciler) setScaling(ctx context.Context, s *poolScope) {
 		log.Info(fmt.Sprintf("Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", n, d.Desired, s.demandPending(), len(pc.Busy)), "reason", hfv1.DemandDecreasedReason)
 	}
 	switch {
-	case s.created > 0:
-		msg := fmt.Sprintf("Creating %d VMs: %d pending jobs, %d busy, %d idle, %d starting; desired %d (min %d, max %d, minIdle %d)",
-			s.created, s.demandPending(), len(pc.Busy), len(pc.Idle), len(pc.Starting), d.Desired, s.sched.MinReplicas, pool.Spec.Scaling.MaxReplicas, s.sched.MinIdle)
+	case s.created > 0 || s.activated > 0:
+		what := fmt.Sprintf("Creating %d VMs", s.created)
+		if s.activated > 0 {
+			what = fmt.Sprintf("Resuming %d standby VMs and creating %d", s.activated, s.created)
+		}
+		msg := fmt.Sprintf("%s: %d pending jobs, %d busy, %d idle, %d starting; desired %d (min %d, max %d, minIdle %d)",
+			what, s.demandPending(), len(pc.Busy), len(pc.Idle), len(pc.Starting), d.Desired, s.sched.MinReplicas, pool.Spec.Scaling.MaxReplicas, s.sched.MinIdle)
 		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandIncreasedReason, msg)
 		log.Info(msg, "reason", hfv1.DemandIncreasedReason)
 	case s.removed[scaling.DriftReplaced] > 0:
@@ -182,6 +187,10 @@ func (r *RunnerPoolReconciler) setCapacity(s *poolScope) {
 		return
 	case scaling.WaitingForTermination:
 		set(string(hfv1.WaitingForTerminationReason), fmt.Sprintf("%d VMs are still being destroyed and hold room under maxReplicas (%d)", len(s.claims.Terminating)+s.removedCount(), pool.Spec.Scaling.MaxReplicas))
+		return
+	case scaling.WaitingForStandby:
+		set(string(hfv1.WaitingForStandbyReason), fmt.Sprintf("%d standby VMs being built hold room under maxReplicas (%d) that demand needs; each is taken for a job once suspended",
+			len(s.tier.building), pool.Spec.Scaling.MaxReplicas))
 		return
 	}
 	conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The pool can serve its demand")

@@ -51,6 +51,13 @@ func ForgetPool(namespace, pool string) {
 	PoolPendingJobs.DeleteLabelValues(namespace, pool)
 	PoolEffectiveMinimum.DeleteLabelValues(namespace, pool, "minReplicas")
 	PoolEffectiveMinimum.DeleteLabelValues(namespace, pool, "minIdle")
+	PoolStandbySize.DeleteLabelValues(namespace, pool)
+	for _, s := range []string{"ready", "refilling", "resuming"} {
+		PoolStandby.DeleteLabelValues(namespace, pool, s)
+	}
+	for _, r := range []string{"max_replicas", "blocked"} {
+		StandbyRefillShort.DeleteLabelValues(namespace, pool, r)
+	}
 	for _, s := range []string{"starting", "idle", "busy", "terminating", "retained"} {
 		PoolReplicas.DeleteLabelValues(namespace, pool, s)
 	}

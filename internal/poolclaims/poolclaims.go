@@ -31,13 +31,21 @@ const (
 	// hyperfleet.io/finished, its finalizer removed): counted nowhere, as
 	// if it were gone.
 	Deleted
+	// StandbyReady: in the pool's standby tier (spec.standby), suspended
+	// to disk, ready to be taken for a job.
+	StandbyReady
+	// StandbyBuilding: in the standby tier, its VM being built, booted or
+	// suspended.
+	StandbyBuilding
 )
 
 // Claims are a pool's claims sorted into the states scaling counts.
 type Claims struct {
 	Starting, Idle, Busy, Terminating, Retained, Finished []*hfv1.MachineClaim
-	// Stale marks live (starting, idle, busy) claims built from an older
-	// template; busy ones are replaced after their job.
+	// StandbyReady and StandbyBuilding are the standby tier.
+	StandbyReady, StandbyBuilding []*hfv1.MachineClaim
+	// Stale marks live (starting, idle, busy) and standby claims built
+	// from an older template; busy ones are replaced after their job.
 	Stale map[types.UID]bool
 }
 
@@ -61,16 +69,26 @@ func Classify(claims []hfv1.MachineClaim, hash string, retains bool) *Claims {
 			pc.Retained = append(pc.Retained, c)
 		case Finished:
 			pc.Finished = append(pc.Finished, c)
+		case StandbyReady:
+			pc.StandbyReady = append(pc.StandbyReady, c)
+		case StandbyBuilding:
+			pc.StandbyBuilding = append(pc.StandbyBuilding, c)
 		}
-		if (state == Starting || state == Idle || state == Busy) && hash != "" && c.Status.TemplateHash != "" && c.Status.TemplateHash != hash {
+		if state != Terminating && state != Retained && state != Finished && state != Deleted &&
+			hash != "" && c.Status.TemplateHash != "" && c.Status.TemplateHash != hash {
 			pc.Stale[c.UID] = true
 		}
 	}
 	// Oldest first: scale-down and drift replacement remove the VMs
-	// closest to their maxLifetime, and history keeps the newest.
-	for _, l := range [][]*hfv1.MachineClaim{pc.Starting, pc.Idle, pc.Busy, pc.Terminating, pc.Retained, pc.Finished} {
+	// closest to their maxLifetime, and history keeps the newest; the
+	// standby tier's oldest are the longest suspended, taken first for a
+	// job and closest to the tier's maxAge.
+	for _, l := range [][]*hfv1.MachineClaim{pc.Starting, pc.Idle, pc.Busy, pc.Terminating, pc.Retained, pc.Finished, pc.StandbyBuilding} {
 		slices.SortFunc(l, func(a, b *hfv1.MachineClaim) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
 	}
+	slices.SortFunc(pc.StandbyReady, func(a, b *hfv1.MachineClaim) int {
+		return a.Status.Standby.SuspendedAt.Compare(b.Status.Standby.SuspendedAt.Time)
+	})
 	return pc
 }
 
@@ -96,6 +114,10 @@ func StateOf(c *hfv1.MachineClaim, retains bool) State {
 		// Claims the pool asked to end count as terminating until they
 		// are gone: a VM still being destroyed holds its place.
 		return Terminating
+	case c.Spec.Standby && c.Status.Standby != nil && c.Status.Standby.SuspendedAt != nil:
+		return StandbyReady
+	case c.Spec.Standby:
+		return StandbyBuilding
 	case st != nil && (st.Job() != "" || st.RunnerState == hfv1.RunnerStateBusy):
 		return Busy
 	case hfv1.IsConditionTrue(c.Status.Conditions, hfv1.MachineClaimBootstrappedCondition):
@@ -105,10 +127,18 @@ func StateOf(c *hfv1.MachineClaim, retains bool) State {
 }
 
 // Times are the instants a claim's lifecycle limits count from.
+//
+// A VM taken from the standby tier starts its life as a runner at its
+// resume (status.standby.resumedAt): its maxLifetime and bootstrapTimeout
+// count from there, the time it stood by being bounded by the tier's
+// maxAge instead.
 func Times(c *hfv1.MachineClaim) scaling.ClaimTimes {
 	t := scaling.ClaimTimes{Created: c.CreationTimestamp.Time}
 	if pt := c.Status.PhaseTimes; pt != nil && pt.Provisioning != nil {
 		t.Provisioning = pt.Provisioning.Time
+	}
+	if st := c.Status.Standby; st != nil && st.ResumedAt != nil {
+		t.Created, t.Provisioning = st.ResumedAt.Time, st.ResumedAt.Time
 	}
 	if st := c.Status.Bootstrap; st != nil {
 		if st.RegisteredAt != nil {
@@ -164,6 +194,10 @@ type Mark uint64
 type expectation struct {
 	creates map[string]created      // claim names created
 	deletes map[types.UID]time.Time // claims deleted or asked to end
+	// activates are standby claims the pool took for a job (cleared
+	// spec.standby): a pass whose cache still shows them in the tier
+	// would take another one for the same job.
+	activates map[types.UID]time.Time
 	// seen are claim names the cache announced (Observed) before their
 	// creation was recorded here: the watch can be faster than the
 	// create call's return.
@@ -201,7 +235,7 @@ func (e *Expectations) get(pool types.NamespacedName) *expectation {
 	}
 	pe := e.m[pool]
 	if pe == nil {
-		pe = &expectation{creates: map[string]created{}, deletes: map[types.UID]time.Time{}, seen: map[string]observation{}}
+		pe = &expectation{creates: map[string]created{}, deletes: map[types.UID]time.Time{}, activates: map[types.UID]time.Time{}, seen: map[string]observation{}}
 		e.m[pool] = pe
 	}
 	return pe
@@ -261,6 +295,13 @@ func (e *Expectations) Ended(pool types.NamespacedName, uid types.UID, now time.
 	e.get(pool).deletes[uid] = now
 }
 
+// Activated records a standby claim the pool took out of its tier.
+func (e *Expectations) Activated(pool types.NamespacedName, uid types.UID, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.get(pool).activates[uid] = now
+}
+
 // Satisfied reports whether claims (listed from the cache after mark was
 // taken) show every write the pool made; it forgets the writes they show
 // and those that timed out. A creation counts as shown when the claim is
@@ -276,6 +317,7 @@ func (e *Expectations) Satisfied(pool types.NamespacedName, mark Mark, claims []
 	names := make(map[string]bool, len(claims))
 	ending := make(map[types.UID]bool, len(claims))
 	present := make(map[types.UID]bool, len(claims))
+	standing := make(map[types.UID]bool, len(claims))
 	for i := range claims {
 		c := &claims[i]
 		names[c.Name] = true
@@ -283,6 +325,7 @@ func (e *Expectations) Satisfied(pool types.NamespacedName, mark Mark, claims []
 		if StateOf(c, true) == Terminating || c.HasFailed() {
 			ending[c.UID] = true
 		}
+		standing[c.UID] = c.Spec.Standby
 	}
 	for name, c := range pe.creates {
 		shown := names[name] || (c.observed != 0 && c.observed <= uint64(mark))
@@ -295,6 +338,11 @@ func (e *Expectations) Satisfied(pool types.NamespacedName, mark Mark, claims []
 			delete(pe.deletes, uid)
 		}
 	}
+	for uid, at := range pe.activates {
+		if !standing[uid] || now.Sub(at) > ExpectationTimeout {
+			delete(pe.activates, uid)
+		}
+	}
 	for name, o := range pe.seen {
 		// Claims the pool did not create (or whose creation failed after
 		// all) are not waited for; their names are forgotten in time.
@@ -302,7 +350,7 @@ func (e *Expectations) Satisfied(pool types.NamespacedName, mark Mark, claims []
 			delete(pe.seen, name)
 		}
 	}
-	done := len(pe.creates) == 0 && len(pe.deletes) == 0
+	done := len(pe.creates) == 0 && len(pe.deletes) == 0 && len(pe.activates) == 0
 	if done && len(pe.seen) == 0 {
 		delete(e.m, pool)
 	}

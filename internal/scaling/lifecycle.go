@@ -20,6 +20,7 @@ const (
 	BootstrapTimeout = hfv1.EndBootstrapTimeout
 	DriftReplaced    = hfv1.EndDriftReplaced
 	ScaledDown       = hfv1.EndScaledDown
+	StandbyExpired   = hfv1.EndStandbyExpired
 	Orphaned         = hfv1.EndOrphaned
 	Failed           = hfv1.EndFailed
 	PoweredOff       = hfv1.EndPoweredOff

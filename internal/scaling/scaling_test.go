@@ -178,6 +178,98 @@ func TestPlan(t *testing.T) {
 			in:   Input{MinReplicas: 5, MaxReplicas: 3},
 			want: Decision{Desired: 3, Create: 3},
 		},
+
+		// The standby tier.
+		{
+			name: "3 jobs, 1 idle runner, 2 ready standby claims: the idle runner takes one, 2 resumed, none created",
+			in:   Input{MaxReplicas: 10, Pending: 3, Idle: 1, StandbySize: 2, Standby: 2},
+			want: Decision{Desired: 3, Activate: 2, CreateStandby: 2},
+		},
+		{
+			name: "4 jobs, 1 idle runner, 2 ready standby claims: warm first, standby next, cold last",
+			in:   Input{MaxReplicas: 10, Pending: 4, Idle: 1, StandbySize: 2, Standby: 2},
+			want: Decision{Desired: 4, Activate: 2, Create: 1, CreateStandby: 2},
+		},
+		{
+			name: "idle runners enough for the jobs resume nothing",
+			in:   Input{MaxReplicas: 10, Pending: 3, Idle: 3, StandbySize: 2, Standby: 2},
+			want: Decision{Desired: 3},
+		},
+		{
+			name: "minIdle is met by resuming standby claims",
+			in:   Input{MaxReplicas: 10, MinIdle: 2, StandbySize: 2, Standby: 2},
+			want: Decision{Desired: 2, Activate: 2, CreateStandby: 2},
+		},
+		{
+			name: "stale idle claims are replaced by resumed standby claims",
+			in:   Input{MaxReplicas: 10, MinIdle: 2, StaleIdle: 2, StandbySize: 2, Standby: 2},
+			want: Decision{Desired: 2, Activate: 2, RemoveStaleIdle: 2, CreateStandby: 2},
+		},
+		{
+			name: "a tier at its size with no shortfall changes nothing",
+			in:   Input{MaxReplicas: 10, MinIdle: 1, Idle: 1, StandbySize: 3, Standby: 2, StandbyBuilding: 1},
+			want: Decision{Desired: 1},
+		},
+		{
+			name: "an activation needs no room under maxReplicas; the refill does",
+			in:   Input{MaxReplicas: 3, Busy: 1, Pending: 2, StandbySize: 2, Standby: 2},
+			want: Decision{Desired: 3, Activate: 2, StandbyLimit: AtMaxReplicas},
+		},
+		{
+			name: "the refill comes behind demand",
+			in:   Input{MaxReplicas: 4, Pending: 3, StandbySize: 2},
+			want: Decision{Desired: 3, Create: 3, CreateStandby: 1, StandbyLimit: AtMaxReplicas},
+		},
+		{
+			name: "demand above maxReplicas resumes what is ready and leaves the tier empty",
+			in:   Input{MaxReplicas: 5, Pending: 8, StandbySize: 2, Standby: 1},
+			want: Decision{Desired: 5, Activate: 1, Create: 4, Limit: AtMaxReplicas, StandbyLimit: AtMaxReplicas},
+		},
+		{
+			name: "standby claims being built hold room demand waits for",
+			in:   Input{MaxReplicas: 5, Pending: 4, StandbySize: 3, StandbyBuilding: 3},
+			want: Decision{Desired: 4, Create: 2, Limit: WaitingForStandby},
+		},
+		{
+			name: "VMs being destroyed hold the room, not the tier",
+			in:   Input{MaxReplicas: 5, Pending: 4, Terminating: 2, StandbySize: 1, StandbyBuilding: 1},
+			want: Decision{Desired: 4, Create: 2, Limit: WaitingForTermination},
+		},
+		{
+			name: "stale and expired standby claims are removed and replaced",
+			in:   Input{MaxReplicas: 10, StandbySize: 3, Standby: 1, StaleStandby: 1, ExpiredStandby: 1},
+			want: Decision{RemoveStaleStandby: 1, RemoveExpiredStandby: 1, CreateStandby: 2},
+		},
+		{
+			name: "stale standby claims at maxReplicas are replaced once their VMs are gone",
+			in:   Input{MaxReplicas: 3, StandbySize: 3, StaleStandby: 3},
+			want: Decision{RemoveStaleStandby: 3, StandbyLimit: WaitingForTermination},
+		},
+		{
+			name: "a stale standby claim is never resumed",
+			in:   Input{MaxReplicas: 10, Pending: 1, StandbySize: 1, StaleStandby: 1},
+			want: Decision{Desired: 1, Create: 1, RemoveStaleStandby: 1, CreateStandby: 1},
+		},
+		{
+			name: "a lowered size removes ready claims down to it",
+			in:   Input{MaxReplicas: 10, StandbySize: 1, Standby: 4},
+			want: Decision{RemoveSurplusStandby: 3},
+		},
+		{
+			name: "a lowered size waits for building claims to be ready",
+			in:   Input{MaxReplicas: 10, StandbySize: 1, Standby: 1, StandbyBuilding: 2},
+			want: Decision{RemoveSurplusStandby: 1},
+		},
+		{
+			name: "surplus standby claims serve demand before they are removed",
+			in:   Input{MaxReplicas: 10, Pending: 2, StandbySize: 1, Standby: 4},
+			want: Decision{Desired: 2, Activate: 2, RemoveSurplusStandby: 1},
+		},
+		{
+			name: "negative standby counts are sanitized",
+			in:   Input{MaxReplicas: 2, Pending: 1, StandbySize: -1, Standby: -1, StandbyBuilding: -1, StaleStandby: -1, ExpiredStandby: -1},
+			want: Decision{Desired: 1, Create: 1},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Plan(tc.in)
@@ -190,11 +282,19 @@ func TestPlan(t *testing.T) {
 
 func TestLiveAndRemovals(t *testing.T) {
 	in := Input{Starting: 1, StaleStarting: 2, Idle: 4, StaleIdle: 8, Busy: 16, Terminating: 32, Retained: 64, Pending: 128}
+	in.StandbySize, in.Standby, in.StandbyBuilding, in.StaleStandby, in.ExpiredStandby = 256, 512, 1024, 2048, 4096
 	if got := in.Live(); got != 31 {
 		t.Errorf("Live() = %d, want 31", got)
 	}
-	d := Decision{Create: 1, RemoveStaleStarting: 2, RemoveStaleIdle: 4, RemoveIdle: 8, Desired: 16}
+	if got := in.StandbyClaims(); got != 7680 {
+		t.Errorf("StandbyClaims() = %d, want 7680", got)
+	}
+	d := Decision{Create: 1, RemoveStaleStarting: 2, RemoveStaleIdle: 4, RemoveIdle: 8, Desired: 16,
+		Activate: 32, CreateStandby: 64, RemoveStaleStandby: 128, RemoveExpiredStandby: 256, RemoveSurplusStandby: 512}
 	if got := d.Removals(); got != 14 {
 		t.Errorf("Removals() = %d, want 14", got)
+	}
+	if got := d.StandbyRemovals(); got != 896 {
+		t.Errorf("StandbyRemovals() = %d, want 896", got)
 	}
 }

@@ -64,8 +64,9 @@ type Spec struct {
 	TimeZone string // IANA name; empty means UTC
 	Duration time.Duration
 	// MinReplicas and MinIdle are the floors a window raises the pool to;
-	// nil leaves that floor to the base value.
-	MinReplicas, MinIdle *int32
+	// nil leaves that floor to the base value. Standby is the standby
+	// tier's size a window raises the pool's to (StandbySize).
+	MinReplicas, MinIdle, Standby *int32
 }
 
 // Schedule is a parsed Spec.
@@ -224,8 +225,9 @@ type Window struct {
 	// back to back or overlapping count as one (capped at the instant plus
 	// Horizon).
 	End time.Time
-	// MinReplicas and MinIdle are the schedule's floors (nil: none).
-	MinReplicas, MinIdle *int32
+	// MinReplicas, MinIdle and Standby are the schedule's floors (nil:
+	// none).
+	MinReplicas, MinIdle, Standby *int32
 }
 
 // Answer is the pool's schedule at an instant.
@@ -293,5 +295,17 @@ func (s Schedule) window(now, limit time.Time) (Window, bool) {
 		}
 		end = next.Add(d)
 	}
-	return Window{Name: s.Name, Start: first, End: end, MinReplicas: s.MinReplicas, MinIdle: s.MinIdle}, true
+	return Window{Name: s.Name, Start: first, End: end, MinReplicas: s.MinReplicas, MinIdle: s.MinIdle, Standby: s.Standby}, true
+}
+
+// StandbySize is a pool's standby tier size in answer a: base
+// (spec.standby.size) raised to every open window's standby, as the
+// minimums are.
+func (a Answer) StandbySize(base int32) int32 {
+	for _, w := range a.Active {
+		if w.Standby != nil {
+			base = max(base, *w.Standby)
+		}
+	}
+	return base
 }

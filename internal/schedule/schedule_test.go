@@ -212,3 +212,24 @@ func TestCompileRefuses(t *testing.T) {
 		t.Errorf("February 30th: %v, want ErrNeverFires", errs[2])
 	}
 }
+
+// TestStandbySize: the tier's size is its base raised to the largest open
+// window's standby; a closed window or one without standby changes
+// nothing.
+func TestStandbySize(t *testing.T) {
+	four, nine := int32(4), int32(9)
+	a := Answer{Active: []Window{{Name: "a", Standby: &four}, {Name: "b"}, {Name: "c", Standby: &nine}}}
+	for _, c := range []struct {
+		a          Answer
+		base, want int32
+	}{
+		{Answer{}, 2, 2},
+		{a, 2, 9},
+		{a, 12, 12},
+		{Answer{Active: []Window{{Name: "b"}}}, 3, 3},
+	} {
+		if got := c.a.StandbySize(c.base); got != c.want {
+			t.Errorf("StandbySize(%d) with %d open windows = %d, want %d", c.base, len(c.a.Active), got, c.want)
+		}
+	}
+}

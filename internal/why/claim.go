@@ -16,6 +16,7 @@ import (
 var fixes = map[string]string{
 	string(hfv1.AtMaxReplicasReason):         "raise the pool's spec.scaling.maxReplicas, or wait for a busy runner to finish its job",
 	string(hfv1.WaitingForTerminationReason): "wait: VMs being destroyed still count against maxReplicas; if it lasts, see their Ending condition",
+	string(hfv1.WaitingForStandbyReason):     "wait: standby VMs being built hold room under maxReplicas and are taken for jobs once suspended; raise maxReplicas or lower spec.standby.size if it lasts",
 	string(hfv1.MaxMachinesReachedReason):    "the cluster's quota: raise the HypervisorCluster's spec.limits.maxMachines, or end VMs on it",
 	string(hfv1.InsufficientCapacityReason):  "no allowed node has the memory or storage for the VM: free capacity on the cluster, allow more nodes, or make the template's VMs smaller",
 	string(hfv1.IPPoolExhaustedReason):       "no static address is left: add addresses to the IPPool or end VMs holding them",

@@ -77,8 +77,9 @@ type Provider interface {
 	EnsureVM(ctx context.Context, spec *VMSpec, prev Progress) (*EnsureResult, error)
 
 	// DeleteVM advances the deletion of the VM prev points at by at most one
-	// hypervisor operation: stop it if it runs, destroy it with its disks,
-	// delete its cloud-init ISO. It returns Done once nothing of the VM is
+	// hypervisor operation: stop it if it runs, destroy it with its disks
+	// (and, when it is suspended, its saved state), delete its cloud-init
+	// ISO. It returns Done once nothing of the VM is
 	// left, and only after the hypervisor confirmed the VM's absence (an
 	// error about something else that is missing, such as a storage or a
 	// volume, is an error, never Done). A VM whose ownership does not
@@ -104,8 +105,10 @@ type Provider interface {
 
 	// DisownVM releases the owner's VM at ref from this install's
 	// management without deleting it (a platform admin keeps it, for
-	// forensics or debugging): in one hypervisor write it removes this
-	// install's tags, replaces the ownership block with a plain note of
+	// forensics or debugging): in one hypervisor write (two for a VM
+	// suspended to disk whose saved state holds its own copy of the
+	// definition, as libvirt's managed save does: not Done after the
+	// first) it removes this install's tags, replaces the ownership block with a plain note of
 	// whose VM it was (ownership.Signer.ReleasedDescription), and renames
 	// a VM that still carries the install's clone name. Everything else
 	// stays as it is: power state, disks, network, other tags and text.
@@ -121,7 +124,9 @@ type Provider interface {
 	// owner (and that no release for owner left) is never touched:
 	// ErrNotOwned. A VM the hypervisor says does not exist is ErrNotFound.
 	// A VM that is locked (a task in flight) is not Done: call again after
-	// RetryAfter.
+	// RetryAfter. A VM suspended to disk whose hypervisor changes nothing of
+	// a suspended VM's definition (Proxmox VE) is refused, ClassPermanent
+	// with reason Suspended: resume it (or delete it) first.
 	DisownVM(ctx context.Context, owner Owner, ref VMRef) (*DisownResult, error)
 
 	// ListVMs returns every VM of the cluster from one batch call. It
@@ -145,7 +150,10 @@ type Provider interface {
 	GetVM(ctx context.Context, ref VMRef) (*VM, error)
 
 	// SetPower asks for a power state change on an owned VM and returns the
-	// hypervisor task, or nil when the VM is already in that state.
+	// hypervisor task, or nil when the VM is already in that state. A
+	// suspended VM counts as not running: PowerOff and PowerShutdown leave
+	// it (and its saved state) as it is, PowerOn resumes it like
+	// PowerResume.
 	SetPower(ctx context.Context, owner Owner, ref VMRef, action PowerAction) (*Task, error)
 
 	// PlaceGuestFile writes file into the running guest of the owner's VM
@@ -566,6 +574,14 @@ const (
 	// PhaseStopped: the VM exists and is powered off after having run; the
 	// workload inside is finished.
 	PhaseStopped Phase = "Stopped"
+	// PhaseSuspended: the VM ran and is suspended to disk (SetPower
+	// PowerSuspend). EnsureVM leaves it so, with no hypervisor write and
+	// no task in the progress; its RetryAfter only paces a caller that
+	// polls (nothing changes until SetPower PowerResume);
+	// after SetPower PowerResume it reports PhaseBooting until the guest
+	// agent answers again, then PhaseRunning with the addresses read after
+	// the resume.
+	PhaseSuspended Phase = "Suspended"
 )
 
 // ID names one VM on its hypervisor cluster. Only the provider that wrote
@@ -697,9 +713,9 @@ type EnsureResult struct {
 	Addresses []string
 	// MACAddress is the first interface's MAC once known.
 	MACAddress string
-	// RetryAfter says when calling again is useful. Zero with PhaseRunning
-	// or PhaseStopped means no further call is needed; zero otherwise
-	// means "call again now".
+	// RetryAfter says when calling again is useful. Zero with PhaseRunning,
+	// PhaseStopped or PhaseSuspended (the resting phases) means no further
+	// call is needed; zero otherwise means "call again now".
 	RetryAfter time.Duration
 	// Message says what happens in words, for conditions and events.
 	Message string
@@ -752,6 +768,11 @@ const (
 	PowerRunning PowerState = "running"
 	PowerStopped PowerState = "stopped"
 	PowerPaused  PowerState = "paused"
+	// PowerSuspended: suspended to disk (SetPower PowerSuspend): the
+	// guest's memory is saved on the hypervisor's storage and no process
+	// runs, so the VM holds no host memory; PowerResume brings the guest
+	// back where it was.
+	PowerSuspended PowerState = "suspended"
 	// PowerUnknown: the hypervisor has no current sample (Proxmox reports
 	// "unknown" until its status refresh has seen the VM).
 	PowerUnknown PowerState = "unknown"
@@ -764,6 +785,19 @@ const (
 	PowerOn       PowerAction = "on"
 	PowerOff      PowerAction = "off"      // hard stop
 	PowerShutdown PowerAction = "shutdown" // ask the guest
+	// PowerSuspend saves a running guest's memory to the hypervisor's
+	// storage and stops the VM (Proxmox VE: status/suspend with todisk;
+	// libvirt: managedsave). A VM already suspended is left as it is (no
+	// task); a VM that does not run has no state to save: an error
+	// (ClassPermanent, reason NotRunning).
+	PowerSuspend PowerAction = "suspend"
+	// PowerResume starts a suspended VM from its saved state, which the
+	// hypervisor then deletes (Proxmox VE: status/resume; libvirt:
+	// starting a domain with a managed save image). A running VM is left
+	// as it is (no task). A stopped VM with no saved state is not booted
+	// in its place: an error (ClassPermanent, reason NotSuspended), since
+	// a caller resuming wants the guest it suspended, not a new boot.
+	PowerResume PowerAction = "resume"
 )
 
 // VMSummary is one VM as the batch listing shows it.

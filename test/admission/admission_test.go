@@ -179,6 +179,32 @@ func TestTenantCannotWriteOperatorMetadata(t *testing.T) {
 		}
 	}
 
+	// A standby claim is its pool's: made in the tier and taken out of it
+	// (for a job) by the operator only, and never put back.
+	standby := claim(ns, "standby", nil, nil)
+	standby.Spec.RunnerPoolRef, standby.Spec.Standby = &hfv1.ObjectName{Name: "pool"}, true
+	wantRefused(t, "create in a pool's standby tier", tenant.Create(ctx, standby.DeepCopy()), "spec.standby")
+	if err := operator.Create(ctx, standby); err != nil {
+		t.Fatalf("the operator could not make a standby claim: %v", err)
+	}
+	setStandby := func(c client.Client, on bool) error {
+		cur := &hfv1.MachineClaim{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(standby), cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.Standby = on
+		return c.Update(ctx, cur)
+	}
+	wantRefused(t, "a tenant takes a standby VM out of the tier", setStandby(tenant, false), "spec.standby")
+	if err := setStandby(operator, false); err != nil {
+		t.Fatalf("the operator could not take its standby claim for a job: %v", err)
+	}
+	for who, c := range map[string]client.Client{"a tenant": tenant, "the operator": operator} {
+		if err := setStandby(c, true); err == nil || !strings.Contains(err.Error(), "spec.standby") {
+			t.Fatalf("%s putting a resumed claim back in the tier: %v, want refused", who, err)
+		}
+	}
+
 	// A plain claim, then the operator stamps its metadata.
 	c := claim(ns, "plain", map[string]string{"team": "a"}, map[string]string{"note": "mine"})
 	if err := tenant.Create(ctx, c); err != nil {

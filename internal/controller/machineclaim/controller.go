@@ -27,6 +27,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -281,10 +282,12 @@ func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
 // validation (right after the cluster is loaded, so that a finished round
 // is recorded even while a later phase waits), its secrets placed, its
 // attestation, its VM and its runner; checkRunning ends every
-// such pass.
+// such pass. A standby claim's VM is suspended, or resumed, once its
+// template and cluster are loaded (holdStandby, standby.go): one that
+// stands by runs nothing after that.
 // checkSupported acts only on a claim without a VM reference.
 func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.checkSupported, r.DNS.ensure, r.loadDependencies, r.loadProvider, r.validation.checkNetwork,
+	return []phase.Func[*claimScope]{r.checkSupported, r.DNS.ensure, r.loadDependencies, r.loadProvider, r.holdStandby, r.validation.checkNetwork,
 		r.ensureSecrets, r.Identity.checkAttestation, r.ensureStoredCredential, r.checkRunning}
 }
 
@@ -315,6 +318,9 @@ func (r *Reconciler) runStateList(ctx context.Context, s *claimScope) (phase.Res
 		// records, the network check, its secrets placed) run now, so
 		// that the VM's being up and its credential's delivery are one
 		// status write rather than two.
+		if st := claim.Status.Standby; st != nil && st.ResumedAt != nil && !claim.Spec.Standby {
+			metrics.StandbyResumeSeconds.Observe(s.clock.Now().Sub(st.ResumedAt.Time).Seconds())
+		}
 		res, err = phase.Sequence(r.runningPhases()...)(ctx, s)
 	}
 	if err != nil || !claim.Ended() {

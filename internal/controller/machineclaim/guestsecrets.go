@@ -22,6 +22,7 @@ package machineclaim
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -196,7 +197,11 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 		s.pending(claim, facts, runner, msg)
 		return s.Backoff(claim), "", nil
 	}
+	if doc.Fresh, err = s.freshness(); err != nil {
+		return 0, "", err
+	}
 	content, err := json.Marshal(doc)
+	clear(doc.Fresh.Entropy)
 	if err != nil {
 		return 0, "", fmt.Errorf("encode the VM's secrets: %w", err)
 	}
@@ -221,6 +226,19 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 		s.pending(claim, facts, runner, "Could not place the "+what+" in the VM yet: "+err.Error())
 		return s.Backoff(claim), "", nil
 	}
+}
+
+// freshness is what the guest makes fresh before it uses the secrets
+// (agentconfig.Freshness): this operator's time, the clock the
+// credential's expiry is written in, and entropy drawn for this delivery
+// alone. Every delivery carries it: a VM resumed from a suspend to disk
+// needs it, and a cold one loses nothing by it.
+func (s *secretsService) freshness() (*agentconfig.Freshness, error) {
+	seed := make([]byte, agentconfig.FreshEntropyBytes)
+	if _, err := rand.Read(seed); err != nil {
+		return nil, fmt.Errorf("draw the VM's entropy: %w", err)
+	}
+	return &agentconfig.Freshness{Time: s.Clock.Now(), Entropy: seed}, nil
 }
 
 // placeAgentConfig places the agent's configuration in the claim's running

@@ -260,6 +260,9 @@ func PhaseOf(claim *hfv1.MachineClaim) hfv1.MachineClaimPhase {
 	case hfv1.IsConditionTrue(conds, hfv1.MachineClaimEndingCondition):
 		// Asked to end; its runner's job keeps the VM.
 		return hfv1.MachineClaimDraining
+	case claim.Spec.Standby && hfv1.IsConditionTrue(conds, hfv1.MachineClaimProvisionedCondition):
+		// Up, being suspended, or suspended: in its pool's standby tier.
+		return hfv1.MachineClaimStandby
 	case hfv1.IsConditionTrue(conds, hfv1.MachineClaimProvisionedCondition) &&
 		hfv1.IsConditionTrue(conds, hfv1.MachineClaimBootstrappedCondition):
 		return hfv1.MachineClaimReady

@@ -234,6 +234,16 @@ func vmStanding(ctx context.Context, claim *hfv1.MachineClaim, facts *claimFacts
 		return phase.StopAndRequeue(resyncRunning()), ""
 	case provider.PhaseStopped:
 		return phase.Stop(), fmt.Sprintf("VM %s powered off before it was ready", res.Progress.ID)
+	case provider.PhaseSuspended:
+		if claim.Status.Standby == nil || claim.Status.Standby.ResumedAt == nil {
+			return phase.Stop(), fmt.Sprintf("VM %s was suspended to disk before it was ready", res.Progress.ID)
+		}
+		// Taken from the standby tier: its resume is asked for
+		// (standby.go); a resume that never comes ends the claim at its
+		// pool's bootstrapTimeout, counted from status.standby.resumedAt.
+		facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ResumingReason,
+			fmt.Sprintf("VM %s is resumed from the standby tier for a job; waiting for the hypervisor to bring it back", res.Progress.ID))
+		return phase.StopAndRequeue(standbyPoll), ""
 	}
 	if res.Waits != "" && res.Progress.ID != "" {
 		// A wait for a clone slot is a step of the build: its one

@@ -184,6 +184,11 @@ func (d *Daemon) SocketPath() string { return filepath.Join(d.state("run"), "lib
 // seen at the same path by the daemon and its QEMU processes.
 func (d *Daemon) Dir() string { return filepath.Join(d.base, "scratch") }
 
+// SaveDir is where the daemon keeps managed save images (its
+// /var/lib/libvirt/qemu/save), at its path outside the daemon's
+// namespaces: a suspended guest's memory at rest.
+func (d *Daemon) SaveDir() string { return filepath.Join(d.state("lib"), "qemu", "save") }
+
 // Dial opens an admin connection closed when the test ends. A connection
 // made before Restart or Kill is dead afterwards: dial again.
 func (d *Daemon) Dial(t testing.TB) *libvirt.Libvirt {

@@ -21,6 +21,9 @@ type VMState struct {
 	Tags        []string
 	Template    bool
 	Power       provider.PowerState
+	// SavedState is what a VM suspended to disk has at rest of its
+	// guest's memory: its tmpfs files, as path=content.
+	SavedState []string
 }
 
 // VM returns the state of one VM or template.
@@ -46,9 +49,16 @@ func (c *Cluster) VMs() []VMState {
 func stateOf(v *vm) VMState {
 	s := VMState{VMID: v.id, Node: v.node, Name: v.name, Description: v.description, Tags: slices.Clone(v.tags),
 		Template: v.template != nil, Power: provider.PowerStopped}
-	if v.running {
+	switch {
+	case v.running:
 		s.Power = provider.PowerRunning
+	case v.suspended:
+		s.Power = provider.PowerSuspended
 	}
+	for path, content := range v.saved {
+		s.SavedState = append(s.SavedState, path+"="+string(content))
+	}
+	slices.Sort(s.SavedState)
 	return s
 }
 

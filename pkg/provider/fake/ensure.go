@@ -154,6 +154,10 @@ func (p *Provider) stepLocked(ctx context.Context, spec *provider.VMSpec, v *vm,
 	v.attached = ""
 	delete(c.media, id)
 	delete(p.reservations, spec.Owner.UID)
+	if v.suspended {
+		res.Phase, res.Message = provider.PhaseSuspended, fmt.Sprintf("VM %d is suspended to disk", v.id)
+		return res, nil
+	}
 	if !v.running {
 		res.Phase, res.Message = provider.PhaseStopped, fmt.Sprintf("VM %d has run and is powered off", v.id)
 		return res, nil

@@ -43,8 +43,9 @@ type Options struct {
 	// the cluster's storages, the possible full-clone targets.
 	Templates []provider.TemplateInfo
 	// OperationTime is how long every operation takes; BootTime is how long
-	// a started guest takes to report its address.
-	OperationTime, BootTime time.Duration
+	// a started guest takes to report its address, ResumeTime how long a
+	// resumed one takes (its guest agent answers again; zero: at once).
+	OperationTime, BootTime, ResumeTime time.Duration
 }
 
 // DefaultOptions are one node and one template, id 9000, that allows
@@ -99,6 +100,11 @@ type vm struct {
 	// guest, gone when it stops (they stand for files in a tmpfs).
 	guestAgent bool
 	guestFiles map[string][]byte
+	// suspended says it is suspended to disk; saved is its guest's
+	// memory at rest meanwhile (the files of its tmpfs), given back to
+	// the guest by the resume.
+	suspended bool
+	saved     map[string][]byte
 	// tpm says it has a TPM 2.0: its template's, or one its
 	// configuration added (VMSpec.TPM).
 	tpm bool
@@ -180,6 +186,22 @@ func (c *Cluster) powerOnLocked(v *vm) *provider.Task {
 
 func (c *Cluster) powerOffLocked(v *vm, name string) *provider.Task {
 	return c.startLocked(v, name, func(time.Time) { v.running, v.guestFiles = false, nil })
+}
+
+// suspendLocked saves v's running guest to disk and stops it.
+func (c *Cluster) suspendLocked(v *vm) *provider.Task {
+	return c.startLocked(v, "suspend", func(time.Time) {
+		v.running, v.suspended, v.saved, v.guestFiles = false, true, v.guestFiles, nil
+	})
+}
+
+// resumeLocked starts suspended v from its saved guest, whose agent
+// answers after Options.ResumeTime; the saved state is gone then.
+func (c *Cluster) resumeLocked(v *vm) *provider.Task {
+	return c.startLocked(v, "resume", func(at time.Time) {
+		v.running, v.since, v.guestUpAt = true, at, at.Add(c.opts.ResumeTime)
+		v.suspended, v.guestFiles, v.saved = false, v.saved, nil
+	})
 }
 
 // inFlightLocked returns the task in flight on v and how long it still

@@ -110,6 +110,7 @@ func (e *env) harness(template provider.TemplateSource) *providertest.Harness {
 			}
 			for _, vm := range c.VMs() {
 				out = append(out, vm.Description, vm.Name, strings.Join(vm.Tags, ";"))
+				out = append(out, vm.SavedState...)
 			}
 			return out
 		},

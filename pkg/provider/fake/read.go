@@ -87,8 +87,11 @@ func (p *Provider) summaryLocked(v *vm) provider.VMSummary {
 		ID: FormatID(v.id), Node: v.node, Name: v.name, Power: provider.PowerStopped, Template: v.template != nil, Tags: slices.Clone(v.tags),
 		OperatorTagged: p.signer.HasOperatorTag(v.tags), InstallNamed: p.signer.VerifyVMName(v.name, v.id),
 	}
-	if v.running {
+	switch {
+	case v.running:
 		s.Power, s.Uptime = provider.PowerRunning, p.c.clock.Now().Sub(v.since)
+	case v.suspended:
+		s.Power = provider.PowerSuspended
 	}
 	return s
 }
@@ -135,9 +138,14 @@ func (p *Provider) SetPower(_ context.Context, owner provider.Owner, ref provide
 		return nil, provider.Errorf(provider.ClassTransient, "Busy", "VM %d: %s in progress for %s more", v.id, v.op.task.Operation, left.Round(time.Millisecond))
 	}
 	switch action {
-	case provider.PowerOn:
-		if v.running {
+	case provider.PowerOn, provider.PowerResume:
+		switch {
+		case v.running:
 			return nil, nil
+		case v.suspended:
+			return p.c.resumeLocked(v), nil
+		case action == provider.PowerResume:
+			return nil, provider.Errorf(provider.ClassPermanent, "NotSuspended", "VM %d is stopped with no saved state to resume", v.id)
 		}
 		return p.c.powerOnLocked(v), nil
 	case provider.PowerOff, provider.PowerShutdown:
@@ -145,6 +153,14 @@ func (p *Provider) SetPower(_ context.Context, owner provider.Owner, ref provide
 			return nil, nil
 		}
 		return p.c.powerOffLocked(v, string(action)), nil
+	case provider.PowerSuspend:
+		switch {
+		case v.suspended:
+			return nil, nil
+		case !v.running:
+			return nil, provider.Errorf(provider.ClassPermanent, "NotRunning", "VM %d does not run: it has no state to save", v.id)
+		}
+		return p.c.suspendLocked(v), nil
 	}
 	return nil, provider.Errorf(provider.ClassConfiguration, "InvalidPowerAction", "unknown power action %q", action)
 }

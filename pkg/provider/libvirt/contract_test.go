@@ -3,6 +3,7 @@
 package libvirt
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -189,22 +190,28 @@ func (w *world) removeGuestAgent(t *testing.T, id provider.ID) {
 }
 
 // storedData is every file of the daemon's scratch directory (the pools'
-// volumes) and every domain's definition, live and inactive.
+// volumes) and of its managed save images (suspended guests' memory), and
+// every domain's definition, live and inactive.
 func (w *world) storedData(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	err := filepath.WalkDir(w.d.Dir(), func(path string, e fs.DirEntry, err error) error {
-		if err != nil || e.IsDir() || !e.Type().IsRegular() {
-			return err
+	for _, dir := range []string{w.d.Dir(), w.d.SaveDir()} {
+		err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+			if errors.Is(err, fs.ErrNotExist) && path == dir {
+				return fs.SkipDir // no domain was ever saved
+			}
+			if err != nil || e.IsDir() || !e.Type().IsRegular() {
+				return err
+			}
+			raw, err := os.ReadFile(path)
+			if err == nil {
+				out = append(out, string(raw))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		raw, err := os.ReadFile(path)
-		if err == nil {
-			out = append(out, string(raw))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	doms, _, err := w.conn.ConnectListAllDomains(1, 0)
 	if err != nil {

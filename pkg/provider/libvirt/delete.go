@@ -14,12 +14,13 @@ import (
 )
 
 // DeleteVM implements provider.Provider, one write per call while the
-// domain exists and verifies: stop it, delete its cloud-init ISO, delete
-// its disk, then undefine it with its NVRAM and TPM state. The volumes go
-// before the domain, while its marker still proves they are the owner's:
-// once the domain is gone its VM id, and with it the names of its
-// volumes, may be taken by another VM. Done once libvirt says the domain
-// does not exist.
+// domain exists and verifies: stop it, delete its managed save image when
+// it is suspended (the guest's memory), delete its cloud-init ISO, delete
+// its disk, then undefine it with its NVRAM and TPM state (and a managed
+// save image made since). The volumes go before the domain, while its
+// marker still proves they are the owner's: once the domain is gone its
+// VM id, and with it the names of its volumes, may be taken by another
+// VM. Done once libvirt says the domain does not exist.
 func (p *Provider) DeleteVM(_ context.Context, owner provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
 	vmid, out, err := ids.ParseDeletion(prev)
 	if err != nil {
@@ -66,6 +67,14 @@ func (p *Provider) deleteStep(d *domain, owner provider.Owner) (string, error) {
 		}
 		return "stop", nil
 	}
+	if d.saved {
+		// The guest's memory at rest goes first, before anything that
+		// would let the deletion stall with it still on the host.
+		if err := l.DomainManagedSaveRemove(d.dom, 0); err != nil {
+			return "", classify(fmt.Errorf("delete the saved state of VM %d: %w", vmid, err))
+		}
+		return opDeleteSaved, nil
+	}
 	for _, name := range p.mediaOf(d, owner) {
 		deleted, err := p.deleteVolume(d.host, name)
 		if err != nil {
@@ -97,6 +106,9 @@ func (p *Provider) deleteStep(d *domain, owner provider.Owner) (string, error) {
 // DisownVM implements provider.Provider: one write replaces the ownership
 // block by the release note and drops the install's tags; a clone that
 // still shows the install's name gets the title "disowned-<n>" with it.
+// A suspended VM takes one write more, first, and so one call more: its
+// managed save image gets the same release (releaseSavedState); it stays
+// suspended.
 func (p *Provider) DisownVM(_ context.Context, owner provider.Owner, ref provider.VMRef) (*provider.DisownResult, error) {
 	d, err := p.lookup(ref)
 	if err != nil {
@@ -111,17 +123,25 @@ func (p *Provider) DisownVM(_ context.Context, owner provider.Owner, ref provide
 		}
 		return nil, err
 	}
-	meta := d.meta
+	if d.saved {
+		released, err := p.releaseSavedState(d, owner)
+		if err != nil {
+			return nil, err
+		}
+		if released {
+			return &provider.DisownResult{RetryAfter: nextStep, Removed: []string{"the ownership block of its saved state"},
+				Message: fmt.Sprintf("released the saved state of the suspended VM %d; its definition next", vmid)}, nil
+		}
+	}
+	meta := p.releasedMeta(d.meta, rec)
 	var removed []string
-	meta.Tags = slices.DeleteFunc(slices.Clone(meta.Tags), func(t string) bool { return slices.Contains(p.signer.Tags(), strings.ToLower(t)) })
 	if len(meta.Tags) != len(d.meta.Tags) {
 		removed = append(removed, "tags "+strings.Join(p.signer.Tags(), ", "))
 	}
-	meta.Description = p.signer.ReleasedDescription(meta.Description, rec, p.clock.Now())
 	removed = append(removed, "the ownership block")
 	if d.xml.Title == "" {
 		removed = append(removed, "the clone name "+d.dom.Name)
-		if err := p.retitle(d, meta, fmt.Sprintf("disowned-%d", vmid)); err != nil {
+		if err := p.retitle(d, meta, disownedTitle(vmid)); err != nil {
 			return nil, err
 		}
 	} else if err := d.setMetadata(meta); err != nil {
@@ -129,6 +149,14 @@ func (p *Provider) DisownVM(_ context.Context, owner provider.Owner, ref provide
 	}
 	p.forget(owner)
 	return &provider.DisownResult{Done: true, Removed: removed, Message: fmt.Sprintf("VM %d is no longer this install's", vmid)}, nil
+}
+
+// disownedTitle is the title DisownVM gives VM vmid when it has none.
+func disownedTitle(vmid int) string { return fmt.Sprintf("disowned-%d", vmid) }
+
+// withoutInstallTags is tags without the install's own.
+func withoutInstallTags(s *ownership.Signer, tags []string) []string {
+	return slices.DeleteFunc(slices.Clone(tags), func(t string) bool { return slices.Contains(s.Tags(), strings.ToLower(t)) })
 }
 
 // retitle writes meta and a title: one definition for an inactive

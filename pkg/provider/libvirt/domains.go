@@ -23,6 +23,9 @@ type domain struct {
 	metaErr error
 	state   golibvirt.DomainState
 	reason  int32
+	// saved: shut off with a managed save image, suspended to disk
+	// (suspend.go).
+	saved bool
 }
 
 // running says the domain is active (running, paused, being shut down).
@@ -62,11 +65,23 @@ func (h *host) read(l *golibvirt.Libvirt, dom golibvirt.Domain) (*domain, error)
 	return d, nil
 }
 
-// list reads every domain of the host.
+// list reads every domain of the host. Which ones are suspended comes
+// from one more listing, of the domains with a managed save image, made
+// before the states are read: a domain saved in between is read shut off
+// with reason "saved" and asked about alone; one resumed in between is
+// read active.
 func (h *host) list() ([]*domain, error) {
 	l, err := h.client()
 	if err != nil {
 		return nil, err
+	}
+	withImage, _, err := l.ConnectListAllDomains(1, golibvirt.ConnectListDomainsManagedsave)
+	if err != nil {
+		return nil, classify(fmt.Errorf("list the suspended domains of host %s: %w", h.Name, err))
+	}
+	saved := make(map[golibvirt.UUID]bool, len(withImage))
+	for _, dom := range withImage {
+		saved[dom.UUID] = true
 	}
 	doms, _, err := l.ConnectListAllDomains(1, 0)
 	if err != nil {
@@ -75,6 +90,13 @@ func (h *host) list() ([]*domain, error) {
 	out := make([]*domain, 0, len(doms))
 	for _, dom := range doms {
 		d, err := h.read(l, dom)
+		if err == nil && !d.running() {
+			if saved[dom.UUID] {
+				d.saved = true
+			} else if golibvirt.DomainShutoffReason(d.reason) == golibvirt.DomainShutoffSaved {
+				err = d.readSaved(l)
+			}
+		}
 		if errors.Is(err, provider.ErrNotFound) {
 			continue // undefined since the listing
 		}
@@ -147,6 +169,9 @@ func (p *Provider) lookupByName(h *host, vmid int) (*domain, error) {
 		return nil, classify(fmt.Errorf("look up VM %d on host %s: %w", vmid, h.Name, err))
 	}
 	d, err := h.read(l, dom)
+	if err == nil {
+		err = d.readSaved(l)
+	}
 	if errors.Is(err, provider.ErrNotFound) || err == nil && (d.metaErr != nil || d.meta.ID != vmid) {
 		return nil, nil //nolint:nilerr // undefined since the lookup, or not VM vmid: the caller lists every host instead
 	}
@@ -174,16 +199,26 @@ func (p *Provider) owned(d *domain, owner provider.Owner) (ownership.Record, err
 	return rec, nil
 }
 
-// summary is d as ListVMs shows it.
+// summary is d as ListVMs shows it. A domain with a saved state is a VM
+// at rest, never a template.
 func (p *Provider) summary(d *domain) provider.VMSummary {
-	s := provider.VMSummary{ID: FormatID(d.number()), Node: d.host.Name, Name: d.xml.Title, Power: powerOf(d.state),
-		Tags: slices.Clone(d.meta.Tags), Template: d.metaErr != nil && !d.running()}
+	s := provider.VMSummary{ID: FormatID(d.number()), Node: d.host.Name, Name: d.xml.Title, Power: d.power(),
+		Tags: slices.Clone(d.meta.Tags), Template: d.metaErr != nil && !d.running() && !d.saved}
 	if s.Name == "" {
 		s.Name = d.dom.Name
 	}
 	s.OperatorTagged = p.signer.HasOperatorTag(s.Tags)
 	s.InstallNamed = d.metaErr == nil && p.signer.VerifyVMName(s.Name, d.meta.ID)
 	return s
+}
+
+// power is d's power state: libvirt's, or suspended for a shut-off
+// domain with a managed save image.
+func (d *domain) power() provider.PowerState {
+	if d.saved && !d.running() {
+		return provider.PowerSuspended
+	}
+	return powerOf(d.state)
 }
 
 // powerOf maps libvirt's domain state.

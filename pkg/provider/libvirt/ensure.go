@@ -144,9 +144,14 @@ func (p *Provider) clone(spec *provider.VMSpec, ref *TemplateRef, vmid int, prev
 	return res, nil
 }
 
-// step takes the next step for an owned domain.
+// step takes the next step for an owned domain. A suspended one is left
+// as it is, before anything that could write: it has run, so its disk and
+// configuration are done.
 func (p *Provider) step(ctx context.Context, spec *provider.VMSpec, ref *TemplateRef, d *domain, res *provider.EnsureResult) (*provider.EnsureResult, error) {
 	vmid := d.meta.ID
+	if d.saved {
+		return p.suspended(spec.Owner, d, res), nil
+	}
 	done, err := p.ensureDisk(spec, ref, d, res)
 	if err != nil || !done {
 		return res, err

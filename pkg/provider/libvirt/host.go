@@ -108,18 +108,24 @@ func (p *Provider) Close() {
 }
 
 // lifecycle records what a domain's lifecycle event says: a domain that
-// stops (but for a failed start) has run (Stopped once configured), and the owner building it is
-// woken to see so.
+// stops (but for a failed start) has run (Stopped once configured), and
+// the owner building it is woken to see so. A managed save (stopped,
+// detail saved) is no power-off: the domain is suspended, which EnsureVM
+// reads from its image, and it is not marked as having run; its owner is
+// woken all the same, to see it suspended.
 func (p *Provider) lifecycle(hostName, domain string, ev golibvirt.DomainEventType, detail int32) {
 	key := hostName + "/" + domain
 	p.mu.Lock()
 	var wake []func()
 	switch ev {
 	case golibvirt.DomainEventStopped:
-		if golibvirt.DomainEventStoppedDetailType(detail) == golibvirt.DomainEventStoppedFailed {
+		how := golibvirt.DomainEventStoppedDetailType(detail)
+		if how == golibvirt.DomainEventStoppedFailed {
 			break // a start that did not happen
 		}
-		p.ran[key] = true
+		if how != golibvirt.DomainEventStoppedSaved {
+			p.ran[key] = true
+		}
 		delete(p.shutdowns, key)
 		if o, ok := p.builders[key]; ok && p.wake != nil {
 			wake = append(wake, func() { p.wake(o) })
@@ -127,6 +133,7 @@ func (p *Provider) lifecycle(hostName, domain string, ev golibvirt.DomainEventTy
 	case golibvirt.DomainEventUndefined:
 		delete(p.ran, key)
 		delete(p.shutdowns, key)
+		delete(p.powerJobs, key)
 	}
 	p.mu.Unlock()
 	for _, w := range wake {

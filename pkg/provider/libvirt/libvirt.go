@@ -68,7 +68,8 @@
 // from libvirt's shut-off reason (anything but "unknown" means the domain
 // ran since libvirtd started) and from the lifecycle events it follows on
 // every host (ConnectDomainEventCallbackRegisterAny), which also wake the
-// owner of a VM being built when it stops.
+// owner of a VM being built when it stops. A shut-off domain with a
+// managed save image is Suspended instead, with no write (see Power).
 //
 // # Ownership
 //
@@ -86,6 +87,16 @@
 // booting hears neither (QEMU drops a press the guest has not enabled
 // yet), so such a shutdown is kept and issued again when libvirt reports
 // the guest's agent connected (shutdown.go).
+//
+// PowerSuspend is a managed save (DomainManagedSave): the guest's memory
+// goes to an image libvirtd keeps for the domain, which is then shut off;
+// PowerResume (or PowerOn) starts it, and libvirt restores the guest from
+// the image and deletes it. Both run in the background, their length
+// growing with the guest's memory (suspend.go). A shut-off domain with
+// such an image reads as suspended in GetVM and ListVMs (one listing per
+// host of the domains that have one), holds no host memory (placement
+// reads the host's free memory), and its image is the first thing
+// DeleteVM removes; the stop event of a save is not a power-off.
 //
 // # Hosts that do not answer
 //
@@ -240,6 +251,10 @@ type Provider struct {
 	// shutdowns are domains (host/name) whose shutdown waits for their
 	// guest agent to connect (shutdown.go).
 	shutdowns map[string]bool
+	// powerJobs are managed saves and restores running in the
+	// background, or failed and not yet reported, by host/name
+	// (suspend.go).
+	powerJobs map[string]*powerJob
 	// tasks numbers the tasks this process reports.
 	tasks int
 }
@@ -296,7 +311,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 		slots: cloneslots.New(cloneslots.Config{PerNode: cfg.ClonesPerNode, PerStorage: cfg.ClonesPerStorage,
 			Lapse: holdLimit, StaleAfter: cloneHoldLimit, Now: clk.Now, Wake: deps.Wake, Observe: obs.CloneQueue}),
 		reservations: map[string]*reservation{}, copies: map[int]*fullCopy{},
-		ran: map[string]bool{}, builders: map[string]provider.Owner{}, shutdowns: map[string]bool{},
+		ran: map[string]bool{}, builders: map[string]provider.Owner{}, shutdowns: map[string]bool{}, powerJobs: map[string]*powerJob{},
 	}
 	for _, h := range s.Hosts {
 		dial, err := dialerFor(h, cfg, &s)

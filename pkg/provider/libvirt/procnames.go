@@ -13,11 +13,12 @@ var remoteProcedures = map[uint32]string{
 	84: "StoragePoolLookupByName", 87: "StoragePoolGetInfo", 93: "StorageVolCreateXML", 94: "StorageVolDelete",
 	95: "StorageVolLookupByName", 97: "StorageVolLookupByPath", 98: "StorageVolGetInfo", 99: "StorageVolGetXMLDesc",
 	102: "NodeGetFreeMemory", 125: "StorageVolCreateXMLFrom", 157: "ConnectGetLibVersion",
-	161: "DomainDetachDeviceFlags", 174: "DomainUpdateDeviceFlags", 208: "StorageVolUpload", 212: "DomainGetState",
+	161: "DomainDetachDeviceFlags", 174: "DomainUpdateDeviceFlags", 182: "DomainManagedSave", 183: "DomainHasManagedSaveImage",
+	184: "DomainManagedSaveRemove", 196: "DomainCreateWithFlags", 208: "StorageVolUpload", 212: "DomainGetState",
 	228: "NodeGetMemoryStats", 231: "DomainUndefineFlags", 234: "DomainDestroyFlags", 258: "DomainShutdownFlags",
 	264: "DomainSetMetadata", 273: "ConnectListAllDomains", 282: "StoragePoolListAllVolumes",
 	316: "ConnectDomainEventCallbackRegisterAny", 317: "ConnectDomainEventCallbackDeregisterAny",
-	350: "DomainDefineXMLFlags", 353: "DomainInterfaceAddresses",
+	350: "DomainDefineXMLFlags", 353: "DomainInterfaceAddresses", 388: "DomainManagedSaveGetXMLDesc", 389: "DomainManagedSaveDefineXML",
 }
 
 // qemuProcedures names the procedures of libvirt's QEMU protocol

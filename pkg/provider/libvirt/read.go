@@ -162,7 +162,10 @@ func (p *Provider) CheckRef(ref provider.VMRef) error {
 }
 
 // SetPower implements provider.Provider. libvirt's calls return once the
-// change is requested, so the task is one this process names.
+// change is requested, so the task is one this process names. A suspend
+// or a resume runs in the background (suspend.go); a suspended domain is
+// not running, so PowerOff and PowerShutdown leave it, and PowerOn
+// resumes it.
 func (p *Provider) SetPower(_ context.Context, owner provider.Owner, ref provider.VMRef, action provider.PowerAction) (*provider.Task, error) {
 	d, err := p.lookup(ref)
 	if err != nil {
@@ -172,22 +175,41 @@ func (p *Provider) SetPower(_ context.Context, owner provider.Owner, ref provide
 	if _, err := p.owned(d, owner); err != nil {
 		return nil, err
 	}
+	if handled, err := p.pendingPower(d, action); handled {
+		return nil, err
+	}
 	l, err := d.host.client()
 	if err != nil {
 		return nil, err
 	}
 	switch action {
-	case provider.PowerOn:
-		if d.running() {
+	case provider.PowerOn, provider.PowerResume:
+		switch {
+		case d.savingElsewhere():
+			return nil, busy(vmid, provider.PowerSuspend)
+		case d.running():
 			return nil, nil
+		case d.saved:
+			return p.resume(l, d, action), nil
+		case action == provider.PowerResume:
+			return nil, provider.Errorf(provider.ClassPermanent, "NotSuspended",
+				"VM %d is shut off with no saved state to resume from; it is not booted in its place", vmid)
 		}
-		p.keepShutdown(d.host.Name+"/"+d.dom.Name, false)
+		p.keepShutdown(d.key(), false)
 		err = l.DomainCreate(d.dom)
+	case provider.PowerSuspend:
+		switch {
+		case d.saved || d.savingElsewhere():
+			return nil, nil
+		case !d.running():
+			return nil, provider.Errorf(provider.ClassPermanent, "NotRunning", "VM %d does not run: it has no state to save", vmid)
+		}
+		return p.suspend(l, d), nil
 	case provider.PowerOff:
 		if !d.running() {
 			return nil, nil
 		}
-		p.keepShutdown(d.host.Name+"/"+d.dom.Name, false)
+		p.keepShutdown(d.key(), false)
 		err = l.DomainDestroyFlags(d.dom, golibvirt.DomainDestroyDefault)
 	case provider.PowerShutdown:
 		if !d.running() {

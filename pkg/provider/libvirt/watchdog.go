@@ -41,6 +41,13 @@ const (
 	// minutes for a large disk, so it is not bounded (disk.go runs it in
 	// the background and follows it).
 	procStorageVolCreateXMLFrom = 125
+	// procDomainManagedSave (REMOTE_PROC_DOMAIN_MANAGED_SAVE) and
+	// procDomainCreateWithFlags (REMOTE_PROC_DOMAIN_CREATE_WITH_FLAGS,
+	// which the provider calls only to restore a suspended domain) are
+	// answered when the guest's memory is written or read back: not
+	// bounded either (suspend.go runs them in the background).
+	procDomainManagedSave     = 182
+	procDomainCreateWithFlags = 196
 
 	rpcCall  = 0 // socket.Call
 	rpcReply = 1 // socket.Reply
@@ -178,9 +185,17 @@ func (w *watchedConn) overdue(now time.Time) bool {
 }
 
 // unbounded says whether the call may take longer than any timeout: a
-// full copy, answered when the copy ends.
+// full copy, a managed save or a restore, answered when the copy, the
+// save or the restore ends.
 func (c sentCall) unbounded() bool {
-	return c.program == remoteProgram && c.procedure == procStorageVolCreateXMLFrom
+	if c.program != remoteProgram {
+		return false
+	}
+	switch c.procedure {
+	case procStorageVolCreateXMLFrom, procDomainManagedSave, procDomainCreateWithFlags:
+		return true
+	}
+	return false
 }
 
 // rpcHeader is what the watchdog reads of a packet's header.

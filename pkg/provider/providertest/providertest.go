@@ -222,9 +222,10 @@ func (d *drive) call() *provider.EnsureResult {
 			if res == nil {
 				d.t.Fatalf("EnsureVM(%s, %+v) returned neither a result nor an error", d.spec.Name, d.prog)
 			}
-			// Running and Stopped are resting states: nothing may be left
-			// in flight for the caller to persist and poll.
-			if (res.Phase == provider.PhaseRunning || res.Phase == provider.PhaseStopped) && res.RetryAfter == 0 && res.Progress.Task != nil {
+			// Running, Stopped and Suspended are resting states: nothing
+			// may be left in flight for the caller to persist and poll.
+			if (res.Phase == provider.PhaseRunning || res.Phase == provider.PhaseStopped || res.Phase == provider.PhaseSuspended) &&
+				res.RetryAfter == 0 && res.Progress.Task != nil {
 				d.t.Fatalf("EnsureVM(%s) reported %s with task %+v still in its progress", d.spec.Name, res.Phase, res.Progress.Task)
 			}
 			return res

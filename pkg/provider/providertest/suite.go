@@ -43,6 +43,8 @@ func Run(t *testing.T, newHarness func(t testing.TB) *Harness) {
 		{"CheckRef", testCheckRef},
 		{"ListVMs", testListVMs},
 		{"SetPower", testSetPower},
+		{"SetPower/SuspendToDiskAndResume", testSuspendResume},
+		{"SetPower/SuspendRefused", testSuspendRefused},
 		{"DeleteVM", testDeleteVM},
 		{"DeleteVM/OtherMissingIsNotGone", testDeleteOtherMissing},
 		{"RemoveCloudInitMedia", testRemoveCloudInitMedia},

@@ -17,7 +17,8 @@ import (
 //	VM present, marker not the owner's             -> ErrNotOwned, touch nothing
 //	VM locked (clone, destroyed, backup ...)       -> wait
 //	VM running                                     -> stop (task)
-//	VM stopped                                     -> destroy with purge and unreferenced disks (task)
+//	VM stopped, or suspended to disk               -> destroy with purge and unreferenced disks (task;
+//	                                                  a suspended VM's saved state goes with its disks)
 //	VM gone, ISO file present                      -> delete the ISO (task)
 //	VM and ISO gone                                -> Done
 //
@@ -173,7 +174,12 @@ func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *p
 		p.mu.Unlock()
 		return nil, err
 	}
-	if l := cfg["lock"]; l != "" {
+	if res := suspendLockWait(cfg, prog.VMID, "delete it"); res != nil {
+		return res, nil
+	}
+	// A suspended VM is destroyed as it is: destroy_vm ignores its lock
+	// and frees the saved state with the disks.
+	if l := cfg["lock"]; l != "" && l != lockSuspended {
 		return &provider.DeleteResult{RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked (%s); waiting to delete it", prog.VMID, l)}, nil
 	}
 	// No status read first: Proxmox refuses to destroy a running (or

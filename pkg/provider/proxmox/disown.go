@@ -16,6 +16,8 @@ import (
 // VM is locked or already released, one synchronous config update:
 //
 //	VM locked (a clone, a backup ...)        -> wait
+//	VM suspended to disk (its own, verified) -> error (Suspended): Proxmox
+//	                                            writes no config of it
 //	marker not the owner's, no release note  -> ErrNotOwned, touch nothing
 //	release note for the owner, no marker    -> Done (released before)
 //	otherwise                                -> PUT config: tags without the
@@ -32,7 +34,10 @@ func (p *Provider) DisownVM(ctx context.Context, owner provider.Owner, at provid
 	if err != nil {
 		return nil, err
 	}
-	if l := cfg["lock"]; l != "" {
+	if w := suspendLockWait(cfg, ref.VMID, "release it"); w != nil {
+		return &provider.DisownResult{RetryAfter: w.RetryAfter, Message: w.Message}, nil
+	}
+	if l := cfg["lock"]; l != "" && l != lockSuspended {
 		return &provider.DisownResult{RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked (%s); waiting to release it", ref.VMID, l)}, nil
 	}
 	marker, err := p.marker(ctx)
@@ -45,6 +50,13 @@ func (p *Provider) DisownVM(ctx context.Context, owner provider.Owner, at provid
 			return &provider.DisownResult{Done: true, Message: fmt.Sprintf("VM %d was already released", ref.VMID)}, nil
 		}
 		return nil, err
+	}
+	if cfg["lock"] == lockSuspended {
+		// update_vm refuses every change to a suspended VM but deleting
+		// its saved state, which would throw away the power state a
+		// release keeps.
+		return nil, provider.Errorf(provider.ClassPermanent, "Suspended",
+			"VM %d is suspended to disk: Proxmox changes no config of a suspended VM (lock suspended) but to discard its saved state; resume it (or delete it) to release it", ref.VMID)
 	}
 	body, removed := p.disownBody(marker, cfg, rec, ref.VMID)
 	err = p.api.call(ctx, http.MethodPut, fmt.Sprintf("/nodes/%s/qemu/%d/config", node, ref.VMID), nil, body, nil)

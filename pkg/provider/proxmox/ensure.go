@@ -350,7 +350,10 @@ func (c *ensureCall) next(ctx context.Context) (*provider.EnsureResult, error) {
 //	no VM                          -> clone
 //	lock: clone                    -> wait (a clone runs; maybe ours)
 //	marker not ours                -> place again at another id
-//	other lock                     -> wait
+//	lock: suspended                -> Suspended (no write)
+//	lock: suspending, vmstate set  -> wait (the memory is being saved)
+//	other lock                     -> wait (but for a suspend that failed:
+//	                                  read on, the lock stays for an admin)
 //	no operator tag (unconfigured) -> upload the ISO if missing, else configure
 //	stopped, ISO attached          -> resize if the disk must grow, else start
 //	running, ISO attached          -> wait for the guest, then eject the ISO
@@ -375,7 +378,10 @@ func (c *ensureCall) derive(ctx context.Context) (*provider.EnsureResult, error)
 	}
 	c.prog.Building = true
 	c.p.slots.Release(c.prog.VMID)
-	if l := cfg["lock"]; l != "" {
+	if res := c.suspendedResult(cfg); res != nil {
+		return res, nil
+	}
+	if l := cfg["lock"]; l != "" && suspensionOf(cfg) != suspendFailed {
 		return c.result(provider.PhaseConfiguring, lockedVM, "VM %d is locked (%s); waiting", c.prog.VMID, l), nil
 	}
 	if !c.p.signer.HasOperatorTag(cfg.tags()) {
@@ -918,6 +924,11 @@ func (c *ensureCall) eject(ctx context.Context, phase provider.Phase, addrs []st
 	if _, err := c.p.verifyOwner(c.marker, cfg, c.prog.VMID, c.spec.Owner); err != nil {
 		return c.replace(ctx, err)
 	}
+	// Suspended while it booted: no eject until it is resumed (Proxmox
+	// changes no config of a suspended VM).
+	if res := c.suspendedResult(cfg); res != nil {
+		return res, nil
+	}
 	slot := c.seedSlot(cfg)
 	if slot != "" {
 		body := map[string]any{slot: "none,media=cdrom"}
@@ -1045,6 +1056,14 @@ func (c *ensureCall) running(ctx context.Context) (*provider.EnsureResult, error
 	case err == nil || containsAny(msg, agentNotYet):
 		return c.result(provider.PhaseBooting, bootPoll, "the guest agent reports no address"), nil
 	case strings.Contains(msg, "is not running"):
+		// Powered off, or suspended to disk: its config says which.
+		cfg, err := c.p.api.config(ctx, c.prog.Node, c.prog.VMID)
+		if err != nil {
+			return nil, err
+		}
+		if res := c.suspendedResult(cfg); res != nil {
+			return res, nil
+		}
 		c.p.release(c.spec.Owner.UID, c.prog.VMID, true)
 		c.prog.Task = nil
 		return c.result(provider.PhaseStopped, 0, "VM %d has run and is powered off", c.prog.VMID), nil

@@ -20,7 +20,8 @@ import (
 //
 //	task in flight (an upload, an ISO deletion)   -> wait for it
 //	VM present, marker not the owner's            -> ErrNotOwned, touch nothing
-//	VM locked                                     -> wait
+//	VM locked (not suspended)                     -> wait
+//	VM suspended to disk with the ISO in a drive  -> error (Suspended): no config change is possible
 //	ISO in a drive of the VM                      -> eject it (synchronous config change)
 //	ISO file present                              -> delete it (task)
 //	neither                                       -> Done; the VM is left as it is
@@ -106,7 +107,11 @@ func (p *Provider) ejectForRemoval(ctx context.Context, owner provider.Owner, pr
 	if err != nil {
 		return nil, err
 	}
-	if l := cfg["lock"]; l != "" {
+	if res := suspendLockWait(cfg, prog.VMID, "remove its cloud-init ISO"); res != nil {
+		res.Progress = prog.public()
+		return res, nil
+	}
+	if l := cfg["lock"]; l != "" && l != lockSuspended {
 		return &provider.DeleteResult{Progress: prog.public(), RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked (%s); waiting to remove its cloud-init ISO", prog.VMID, l)}, nil
 	}
 	marker, err := p.marker(ctx)
@@ -118,7 +123,16 @@ func (p *Provider) ejectForRemoval(ctx context.Context, owner provider.Owner, pr
 	}
 	slot := cfg.isoSlot(p.isoVolid(prog.VMID, owner.UID))
 	if slot == "" {
+		// A suspended VM that ran to Running has its ISO ejected: only
+		// the file may be left, and deleting it leaves the VM alone.
 		return nil, nil
+	}
+	if cfg["lock"] == lockSuspended {
+		// Suspended before its ISO was ejected: Proxmox changes no config
+		// of a suspended VM, and deleting the file under the saved state
+		// would make its resume fail.
+		return nil, provider.Errorf(provider.ClassPermanent, "Suspended",
+			"VM %d is suspended to disk with its cloud-init ISO in %s: Proxmox changes no config of a suspended VM (lock suspended); resume the VM, or delete it, to remove the ISO", prog.VMID, slot)
 	}
 	err = p.api.call(ctx, http.MethodPut, fmt.Sprintf("/nodes/%s/qemu/%d/config", prog.Node, prog.VMID), nil,
 		map[string]any{slot: "none,media=cdrom"}, nil)

@@ -33,6 +33,9 @@ type featureSet struct {
 	sim func(t *testing.T, e *env, spec *provider.VMSpec)
 	// spec adapts testSpec.
 	spec func(t *testing.T, spec *provider.VMSpec)
+	// use, when set, is what the feature does with the running VM before
+	// it is deleted; it returns the VM's progress.
+	use func(e *env, spec *provider.VMSpec, prog provider.Progress) (provider.Progress, error)
 }
 
 // featureSets are the roles' feature sets, base first: each later set is
@@ -64,7 +67,49 @@ func featureSets() []featureSet {
 		}},
 		// spec.source.proxmox.pool: the clone goes into a resource pool.
 		{name: "pools", spec: func(_ *testing.T, s *provider.VMSpec) { s.Source.Settings = TemplateRef{ID: 9000, ResourcePool: "ci"} }},
+		// The standby tier: the VM suspended to disk, resumed, suspended
+		// again and deleted so.
+		{name: "standby", spec: func(*testing.T, *provider.VMSpec) {}, use: standby},
 	}
+}
+
+// standby suspends the VM to disk, resumes it to Running, and suspends it
+// again, as the standby tier does with a VM between jobs.
+func standby(e *env, spec *provider.VMSpec, prog provider.Progress) (provider.Progress, error) {
+	ctx := context.Background()
+	power := func(action provider.PowerAction, want provider.PowerState) error {
+		if _, err := e.p.SetPower(ctx, spec.Owner, prog.VMRef(), action); err != nil {
+			return fmt.Errorf("SetPower(%s): %w", action, err)
+		}
+		for range 120 {
+			vm, err := e.p.GetVM(ctx, prog.VMRef())
+			if err != nil {
+				return fmt.Errorf("GetVM: %w", err)
+			}
+			if vm.Power == want {
+				return nil
+			}
+			e.advance(time.Second)
+		}
+		return fmt.Errorf("SetPower(%s): not %s after two minutes", action, want)
+	}
+	if err := power(provider.PowerSuspend, provider.PowerSuspended); err != nil {
+		return prog, err
+	}
+	res, err := e.p.EnsureVM(ctx, spec, prog)
+	if err != nil {
+		return prog, fmt.Errorf("EnsureVM of the suspended VM: %w", err)
+	}
+	if res.Phase != provider.PhaseSuspended {
+		return prog, fmt.Errorf("EnsureVM of the suspended VM: %s", res.Phase)
+	}
+	if err := power(provider.PowerResume, provider.PowerRunning); err != nil {
+		return prog, err
+	}
+	if prog, err = ensureRunning(e, spec, prog); err != nil {
+		return prog, fmt.Errorf("EnsureVM after the resume: %w", err)
+	}
+	return prog, power(provider.PowerSuspend, provider.PowerSuspended)
 }
 
 // privEnv is an env on Proxmox VE v whose operator token holds role on /
@@ -114,16 +159,7 @@ func runFeature(t *testing.T, e *env, fs featureSet) error {
 	if _, err := e.p.ValidateTemplate(ctx, src); err != nil {
 		return fmt.Errorf("ValidateTemplate: %w", err)
 	}
-	var prog provider.Progress
-	_, err := driveUntil(e, func() (provider.Progress, bool, error) {
-		res, err := e.p.EnsureVM(ctx, spec, prog)
-		if err != nil {
-			return prog, false, err
-		}
-		prog = res.Progress
-		e.advance(res.RetryAfter)
-		return prog, res.Phase == provider.PhaseRunning, nil
-	})
+	prog, err := ensureRunning(e, spec, provider.Progress{})
 	if err != nil {
 		return fmt.Errorf("EnsureVM: %w", err)
 	}
@@ -138,6 +174,11 @@ func runFeature(t *testing.T, e *env, fs featureSet) error {
 	}
 	if _, err := e.p.ListCloudInitMedia(ctx); err != nil {
 		return fmt.Errorf("ListCloudInitMedia: %w", err)
+	}
+	if fs.use != nil {
+		if prog, err = fs.use(e, spec, prog); err != nil {
+			return err
+		}
 	}
 	_, err = driveUntil(e, func() (provider.Progress, bool, error) {
 		res, err := e.p.DeleteVM(ctx, spec.Owner, prog)
@@ -155,6 +196,19 @@ func runFeature(t *testing.T, e *env, fs featureSet) error {
 		return fmt.Errorf("the VM survived DeleteVM")
 	}
 	return nil
+}
+
+// ensureRunning calls EnsureVM from prog until the VM is Running.
+func ensureRunning(e *env, spec *provider.VMSpec, prog provider.Progress) (provider.Progress, error) {
+	return driveUntil(e, func() (provider.Progress, bool, error) {
+		res, err := e.p.EnsureVM(context.Background(), spec, prog)
+		if err != nil {
+			return prog, false, err
+		}
+		prog = res.Progress
+		e.advance(res.RetryAfter)
+		return prog, res.Phase == provider.PhaseRunning, nil
+	})
 }
 
 // driveUntil calls step until it reports done, advancing the clocks a

@@ -40,7 +40,7 @@ func (p *Provider) ListVMs(ctx context.Context) ([]provider.VMSummary, error) {
 func (p *Provider) summary(r resource) provider.VMSummary {
 	tags := splitTags(r.Tags)
 	s := provider.VMSummary{
-		ID: FormatID(r.VMID), Node: r.Node, Name: r.Name, Power: powerState(r.Status), Template: r.Template == 1,
+		ID: FormatID(r.VMID), Node: r.Node, Name: r.Name, Power: powerState(r.Status, r.Lock), Template: r.Template == 1,
 		Lock: r.Lock, Tags: tags, OperatorTagged: p.signer.HasOperatorTag(tags),
 		InstallNamed: p.signer.VerifyVMName(r.Name, r.VMID),
 	}
@@ -48,18 +48,6 @@ func (p *Provider) summary(r resource) provider.VMSummary {
 		s.Uptime = time.Duration(r.Uptime) * time.Second
 	}
 	return s
-}
-
-func powerState(status string) provider.PowerState {
-	switch status {
-	case "running":
-		return provider.PowerRunning
-	case "stopped":
-		return provider.PowerStopped
-	case "paused", "suspended":
-		return provider.PowerPaused
-	}
-	return provider.PowerUnknown
 }
 
 // GetVM implements provider.Provider: the config (for the marker) and the
@@ -75,7 +63,7 @@ func (p *Provider) GetVM(ctx context.Context, at provider.VMRef) (*provider.VM, 
 	}
 	tags := splitTags(cfg["tags"])
 	vm := &provider.VM{VMSummary: provider.VMSummary{
-		ID: at.ID, Node: node, Name: cfg["name"], Power: powerState(st.Status), Template: cfg["template"] == "1",
+		ID: at.ID, Node: node, Name: cfg["name"], Power: powerState(st.Status, cfg["lock"]), Template: cfg["template"] == "1",
 		Lock: cfg["lock"], Tags: tags, OperatorTagged: p.signer.HasOperatorTag(tags),
 		InstallNamed: p.signer.VerifyVMName(cfg["name"], ref.VMID),
 	}, TPM: cfg.hasTPM2()}
@@ -90,22 +78,16 @@ func (p *Provider) GetVM(ctx context.Context, at provider.VMRef) (*provider.VM, 
 	return vm, nil
 }
 
-// SetPower implements provider.Provider.
+// SetPower implements provider.Provider: after the ownership check, the
+// VM's status and lock decide (powerCallFor) whether one status/<op>
+// request is sent: start, stop, shutdown, suspend (todisk) or resume.
 func (p *Provider) SetPower(ctx context.Context, owner provider.Owner, at provider.VMRef, action provider.PowerAction) (*provider.Task, error) {
 	ref, node, err := p.resolveRef(ctx, at)
 	if err != nil {
 		return nil, err
 	}
-	var op string
-	switch action {
-	case provider.PowerOn:
-		op = opStart
-	case provider.PowerOff:
-		op = opStop
-	case provider.PowerShutdown:
-		op = opShutdown
-	default:
-		return nil, provider.Errorf(provider.ClassPermanent, "InvalidPowerAction", "power action %q is not on, off or shutdown", action)
+	if err := checkPowerAction(action); err != nil {
+		return nil, err
 	}
 	cfg, err := p.api.config(ctx, node, ref.VMID)
 	if err != nil {
@@ -122,16 +104,19 @@ func (p *Provider) SetPower(ctx context.Context, owner provider.Owner, at provid
 	if err != nil {
 		return nil, fmt.Errorf("read the status of VM %d on node %s: %w", ref.VMID, node, err)
 	}
-	running := st.Status == "running" || st.Status == "paused"
-	if (action == provider.PowerOn && running) || (action != provider.PowerOn && !running) {
-		return nil, nil
+	call, err := powerCallFor(action, cfg, st.Status, ref.VMID)
+	if err != nil || call.op == "" {
+		return nil, err
 	}
-	upid, err := p.api.upid(ctx, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/status/%s", node, ref.VMID, op), nil, nil)
+	upid, err := p.api.upid(ctx, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/status/%s", node, ref.VMID, call.op), nil, call.body)
 	if err != nil {
-		return nil, fmt.Errorf("%s VM %d on node %s: %w", op, ref.VMID, node, err)
+		if refused := powerRefused(call.op, ref.VMID, err); refused != nil {
+			return nil, refused
+		}
+		return nil, fmt.Errorf("%s VM %d on node %s: %w", call.op, ref.VMID, node, err)
 	}
-	p.log.V(1).Info("Power change requested", "vmid", ref.VMID, "node", node, "action", string(action))
-	return &provider.Task{ID: upid, Operation: op, StartTime: p.clock.Now()}, nil
+	p.log.V(1).Info("Power change requested", "vmid", ref.VMID, "node", node, "action", string(action), "operation", call.op)
+	return &provider.Task{ID: upid, Operation: call.op, StartTime: p.clock.Now()}, nil
 }
 
 // Probe implements provider.Provider: GET /version, GET /nodes, the

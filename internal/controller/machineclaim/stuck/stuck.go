@@ -204,6 +204,8 @@ func PhaseTime(t *hfv1.PhaseTimes, phase hfv1.MachineClaimPhase) **metav1.Time {
 		return &t.Pending
 	case hfv1.MachineClaimProvisioning:
 		return &t.Provisioning
+	case hfv1.MachineClaimStandby:
+		return &t.Standby
 	case hfv1.MachineClaimBootstrapping:
 		return &t.Bootstrapping
 	case hfv1.MachineClaimReady:

@@ -193,6 +193,17 @@ func (s *Simulator) vmsLocked() []VMState {
 // GuestPowerOff powers a running VM off as if its guest had shut down
 // (no task; the VM simply stops, like after an in-guest poweroff).
 func (s *Simulator) GuestPowerOff(vmid int) error {
+	return s.onVM(vmid, func(v *vm) error {
+		if !v.running {
+			return fmt.Errorf("VM %d is not running", vmid)
+		}
+		s.powerOffLocked(v)
+		return nil
+	})
+}
+
+// onVM runs f on VM vmid with the state current and locked.
+func (s *Simulator) onVM(vmid int, f func(v *vm) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.runDueLocked()
@@ -200,11 +211,17 @@ func (s *Simulator) GuestPowerOff(vmid int) error {
 	if v == nil {
 		return fmt.Errorf("VM %d does not exist", vmid)
 	}
-	if !v.running {
-		return fmt.Errorf("VM %d is not running", vmid)
-	}
-	s.powerOffLocked(v)
-	return nil
+	return f(v)
+}
+
+// Unlock is `qm unlock <vmid>` run by an admin on the VM's node: the
+// config's lock is removed, whatever it was (a suspend to disk that failed
+// leaves "lock: suspending" for exactly this).
+func (s *Simulator) Unlock(vmid int) error {
+	return s.onVM(vmid, func(v *vm) error {
+		delete(v.conf, "lock")
+		return nil
+	})
 }
 
 // SetGuestImage marks VM vmid (a template, usually) as a real guest booted

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"path"
 	"strings"
 )
 
@@ -21,6 +22,15 @@ func (s *Simulator) agentReadyLocked(q *apiRequest) (*vm, error) {
 	}
 	if !v.agentUp {
 		return nil, serverError("QEMU guest agent is not running")
+	}
+	if v.paused {
+		// The agent's process is held with the guest's vCPUs: qemu-server
+		// waits for its answer in vain.
+		cmd := "guest-" + path.Base(q.path)
+		if cmd == "guest-file-write" {
+			cmd = "guest-file-open"
+		}
+		return nil, serverError("VM %d qmp command '%s' failed - got timeout", v.vmid, cmd)
 	}
 	return v, nil
 }

@@ -440,7 +440,9 @@ func (s *Simulator) needsLocked(q *apiRequest) []privileges.Need {
 		return ""
 	}}
 	if id, err := strconv.Atoi(q.vars["vmid"]); err == nil && s.vms[id] != nil {
-		call.Config = s.vms[id].conf
+		v := s.vms[id]
+		call.Config = v.conf
+		call.StateStorage = func() string { return s.vmstateStorageLocked(v) }
 	}
 	return q.route.row.Needs(s.version(), call)
 }

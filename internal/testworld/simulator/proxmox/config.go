@@ -179,6 +179,17 @@ type Latency struct {
 	Shutdown   Duration `json:"shutdown,omitempty"`
 	Destroy    Duration `json:"destroy,omitempty"`
 	Upload     Duration `json:"upload,omitempty"`
+	// Suspend is the fixed cost of a suspend to disk (allocating the
+	// state volume, the config writes, QEMU's quit); SuspendPerGiB is
+	// added per GiB of the VM's memory, which savevm writes to that
+	// volume.
+	Suspend       Duration `json:"suspend,omitempty"`
+	SuspendPerGiB Duration `json:"suspendPerGiB,omitempty"`
+	// Resume is the fixed cost of resuming a VM suspended to disk (QEMU
+	// started with the saved state); ResumePerGiB is added per GiB of
+	// memory read back.
+	Resume       Duration `json:"resume,omitempty"`
+	ResumePerGiB Duration `json:"resumePerGiB,omitempty"`
 	// API is latency added to every HTTP response, on the simulator's clock.
 	API Duration `json:"api,omitempty"`
 }

@@ -87,6 +87,12 @@ func TestErrorResponses(t *testing.T) {
 			wantCode: 500, wantStatus: "500 parameter 'storage' not allowed for linked clones"},
 		{name: "unknown node", method: "GET", path: "/nodes/nope/status",
 			wantCode: 500, wantStatus: "500 hostname lookup 'nope' failed - failed to get address info for: nope: Name or service not known"},
+		{name: "statestorage requires todisk", method: "POST", path: "/nodes/pve1/qemu/9000/status/suspend", params: form("statestorage", "local"),
+			wantCode: 400, wantErrors: map[string]string{"todisk": "missing property - 'statestorage' requires this property"}},
+		{name: "suspend of a VM that does not run", method: "POST", path: "/nodes/pve1/qemu/9000/status/suspend", params: form("todisk", "1"),
+			wantCode: 500, wantStatus: "500 VM 9000 not running"},
+		{name: "resume of a VM that does not run", method: "POST", path: "/nodes/pve1/qemu/9000/status/resume",
+			wantCode: 500, wantStatus: "500 VM 9000 not running"},
 		{name: "skiplock is root only", method: "PUT", path: "/nodes/pve1/qemu/9000/config", params: form("skiplock", "1", "cores", "2"), auth: "PVEAPIToken=root@pam!sim=00000000-0000-0000-0000-000000000000",
 			wantCode: 400, wantErrors: map[string]string{"skiplock": "Only root may use this option."}},
 	}

@@ -113,6 +113,8 @@ type guestProc struct {
 	cancel context.CancelFunc
 	// tpm is the boot's TPM (guesttpm.go), nil without tpmstate0.
 	tpm *guestTPM
+	// frozen: the program's processes are stopped (freezeLocked).
+	frozen bool
 }
 
 func newGuestRunner(s *Simulator, cfg GuestConfig) (*guestRunner, error) {
@@ -181,12 +183,19 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 			}
 		}
 	}
+	g.launchLocked(v, gen, dir, seed, root, logf)
+}
+
+// launchLocked starts the program of boot gen in the VM's directory dir,
+// its console going to logf, after the boot's TPM.
+func (g *guestRunner) launchLocked(v *vm, gen int, dir, seed, root string, logf *os.File) {
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
 	p := &guestProc{gen: gen, token: hex.EncodeToString(tok), log: logf}
 	// The TPM is there before the program, as the device is at boot; a
 	// TPM that cannot start leaves the guest without one, as a VM whose
 	// swtpm failed would find no device.
+	var err error
 	if p.tpm, err = g.s.startGuestTPMLocked(v, dir, root); err != nil {
 		fmt.Fprintf(logf, "proxmox-sim: TPM: %v\n", err)
 		g.s.log.Error("Guest hook: the VM's TPM did not start", "vmid", v.vmid, "err", err)
@@ -237,6 +246,59 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 	g.procs[v.vmid] = p
 	g.wg.Add(1)
 	go g.wait(v.vmid, p)
+}
+
+// freezeLocked holds the program of vmid where it is, for a pause or a
+// suspend: every process of its session is stopped (SIGSTOP). An
+// in-process program (GuestConfig.Program) cannot be held: it is ended,
+// and resumeLocked starts it again. It reports whether a program ran.
+func (g *guestRunner) freezeLocked(vmid int) bool {
+	p := g.procs[vmid]
+	if p == nil {
+		return false
+	}
+	if p.cancel != nil {
+		g.killLocked(vmid)
+		return true
+	}
+	if p.leader.Do(freezeGuest) {
+		p.frozen = true
+	}
+	return true
+}
+
+// thawLocked continues a program freezeLocked held (SIGCONT), as part of
+// boot gen; it reports whether there was one.
+func (g *guestRunner) thawLocked(vmid, gen int) bool {
+	p := g.procs[vmid]
+	if p == nil || !p.frozen {
+		return false
+	}
+	p.frozen, p.gen = false, gen
+	p.leader.Do(thawGuest)
+	return true
+}
+
+// resumeLocked brings back, as part of boot gen, the program that ran
+// when v was suspended: a held one continues where it stopped; an
+// in-process one, which the suspend ended, starts again over the guest's
+// files as they were (no boot: the seed and /run stay).
+func (g *guestRunner) resumeLocked(v *vm, gen int) {
+	if g.thawLocked(v.vmid, gen) {
+		return
+	}
+	if g.cfg.Program == nil {
+		// The held process is gone (killed outside the simulator): the
+		// guest resumes without it.
+		return
+	}
+	dir := filepath.Join(g.baseDir, fmt.Sprintf("vm-%d", v.vmid))
+	logf, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		g.s.log.Error("Guest hook: cannot open console log", "vmid", v.vmid, "err", err)
+		return
+	}
+	g.launchLocked(v, gen, dir, filepath.Join(dir, "seed"), g.rootDir(v.vmid), logf)
 }
 
 // wait reaps the program; an exit while the VM still runs this boot is a

@@ -19,9 +19,33 @@ import (
 // session).
 
 // killGuest stops, then kills, the guest program leader and everything in
-// its session or below it. Stopped first, so that nothing forks while the
-// process table is read; read again until no new process group turns up.
+// its session or below it.
 func killGuest(leader int) {
+	for pg := range stopGuestGroups(leader) {
+		_ = syscall.Kill(-pg, syscall.SIGKILL)
+	}
+}
+
+// freezeGuest stops the guest program leader and everything in its
+// session or below it, where they are: a paused or suspended VM's guest.
+func freezeGuest(leader int) { stopGuestGroups(leader) }
+
+// thawGuest continues what freezeGuest stopped.
+func thawGuest(leader int) {
+	groups := map[int]bool{leader: true}
+	for _, p := range guestProcesses(leader) {
+		groups[p.pgid] = true
+	}
+	for pg := range groups {
+		_ = syscall.Kill(-pg, syscall.SIGCONT)
+	}
+}
+
+// stopGuestGroups stops (SIGSTOP) every process group of the guest
+// program leader's session or below it, and returns them. Stopped first,
+// so that nothing forks while the process table is read; read again until
+// no new process group turns up.
+func stopGuestGroups(leader int) map[int]bool {
 	groups := map[int]bool{leader: true}
 	for range 5 {
 		for pg := range groups {
@@ -35,9 +59,7 @@ func killGuest(leader int) {
 			break
 		}
 	}
-	for pg := range groups {
-		_ = syscall.Kill(-pg, syscall.SIGKILL)
-	}
+	return groups
 }
 
 // sweepGuest kills what remains of an exited guest program's session. It

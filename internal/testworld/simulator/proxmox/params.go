@@ -158,6 +158,9 @@ type param struct {
 	// die) when the value does not have the property's format.
 	format  func(string) error
 	pattern *regexp.Regexp
+	// requires names a parameter that must be sent with this one
+	// (JSONSchema's requires, e.g. vm_suspend's statestorage: todisk).
+	requires string
 }
 
 // schema is the parameter schema of an endpoint.
@@ -209,6 +212,10 @@ func (s *schema) validate(values map[string]string) map[string]string {
 		}
 		if msg := p.check(v); msg != "" {
 			errs[name] = msg
+		}
+		if _, ok := values[p.requires]; p.requires != "" && !ok {
+			// PVE::JSONSchema check_object files it under the missing one.
+			errs[p.requires] = fmt.Sprintf("missing property - '%s' requires this property", name)
 		}
 	}
 	for name, p := range s.params {

@@ -71,7 +71,10 @@ func (s *Simulator) startLocked(v *vm, skiplock bool, t *task, at time.Time) err
 	if v.isTemplate() {
 		return fmt.Errorf("you can't start a vm if it's a template")
 	}
-	if !skiplock {
+	// vm_start: a VM suspended to disk is resumed, whatever asked for the
+	// start, and its lock is no obstacle.
+	resume := v.conf["lock"] == lockSuspended || v.conf["vmstate"] != ""
+	if !skiplock && v.conf["lock"] != lockSuspended {
 		if l := v.conf["lock"]; l != "" {
 			return fmt.Errorf("VM is locked (%s)", l)
 		}
@@ -94,6 +97,9 @@ func (s *Simulator) startLocked(v *vm, skiplock bool, t *task, at time.Time) err
 	if v.ipv4 == "" {
 		v.ipv4 = s.addrs.allocate(v.vmid)
 	}
+	if resume {
+		return s.resumeFromDiskLocked(v, t, at)
+	}
 	if v.image != nil {
 		return s.startRealGuestLocked(v, at)
 	}
@@ -102,27 +108,37 @@ func (s *Simulator) startLocked(v *vm, skiplock bool, t *task, at time.Time) err
 	v.bootGen++
 	gen := v.bootGen
 	if s.guest != nil {
-		// The guest program stands for cloud-init and the agent: with a
-		// GuestStart latency they run once the modelled guest has booted
-		// that far (scheduled before the guest agent's event, so at equal
-		// times the seed is read first, as cloud-init reads it before the
-		// operator may eject it).
-		if d := s.cfg.Latency.GuestStart.D(); d > 0 {
-			s.scheduleLocked(at.Add(d), func(time.Time) {
-				if s.vms[v.vmid] == v && v.running && v.bootGen == gen {
-					s.guest.startLocked(v, gen)
-				}
-			})
-		} else {
-			s.guest.startLocked(v, gen)
-		}
+		s.scheduleGuestProgramLocked(v, gen, at)
 	}
+	s.scheduleAgentLocked(v, gen, at)
+	return nil
+}
+
+// scheduleGuestProgramLocked starts the guest program of boot gen, which
+// stands for cloud-init and the agent: with a GuestStart latency once the
+// modelled guest has booted that far (scheduled before the guest agent's
+// event, so at equal times the seed is read first, as cloud-init reads it
+// before the operator may eject it), else at once.
+func (s *Simulator) scheduleGuestProgramLocked(v *vm, gen int, at time.Time) {
+	if d := s.cfg.Latency.GuestStart.D(); d > 0 {
+		s.scheduleLocked(at.Add(d), func(time.Time) {
+			if s.vms[v.vmid] == v && v.running && v.bootGen == gen {
+				s.guest.startLocked(v, gen)
+			}
+		})
+		return
+	}
+	s.guest.startLocked(v, gen)
+}
+
+// scheduleAgentLocked has the guest agent of boot gen answer once the
+// modelled boot is over.
+func (s *Simulator) scheduleAgentLocked(v *vm, gen int, at time.Time) {
 	s.scheduleLocked(at.Add(s.cfg.Latency.Boot.D()), func(time.Time) {
 		if s.vms[v.vmid] == v && v.running && v.bootGen == gen {
 			v.agentUp = true
 		}
 	})
-	return nil
 }
 
 // startRealGuestLocked boots a real guest's QEMU; its guest agent is up
@@ -147,7 +163,7 @@ func (s *Simulator) powerOffLocked(v *vm) {
 	if !v.running {
 		return
 	}
-	v.running, v.agentUp, v.pid = false, false, 0
+	v.running, v.agentUp, v.pid, v.paused, v.saved = false, false, 0, false, nil
 	v.guestFiles = nil
 	v.bootGen++
 	if s.guest != nil {
@@ -170,6 +186,12 @@ func (s *Simulator) handleStop(q *apiRequest) (any, error) {
 func (s *Simulator) handleShutdown(q *apiRequest) (any, error) {
 	timeout := time.Duration(q.integer("timeout", 180)) * time.Second
 	force := q.boolean("forceStop", false)
+	// vm_shutdown: an ACPI request to a paused guest would wait for the
+	// timeout and power it off once resumed; with forceStop it is
+	// stopped instead.
+	if v, err := s.vmOnNodeLocked(q); err == nil && v.paused && !force {
+		return nil, serverError("VM is paused - cannot shutdown")
+	}
 	return s.powerTask(q, "qmshutdown", s.cfg.Latency.Shutdown.D(), func(v *vm, t *task) bool {
 		return s.real != nil && s.real.shutdownLocked(v, t, timeout, force)
 	})
@@ -181,6 +203,13 @@ func (s *Simulator) powerTask(q *apiRequest, typ string, d time.Duration, takeOv
 	return s.schedulePowerTaskLocked(q, typ, d, func(v *vm, skiplock bool, t *task, at time.Time) {
 		if s.vms[v.vmid] != v {
 			t.finish(at, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", v.node, v.vmid)) //nolint:staticcheck,revive // ST1005/error-strings: Proxmox's own message, verbatim on the wire
+			return
+		}
+		if !v.running {
+			// _do_vm_stop returns before its lock check when QEMU does
+			// not run: a stopped VM, a suspended one among them, is left
+			// as it is.
+			t.finish(at, nil)
 			return
 		}
 		if !skiplock {
@@ -212,7 +241,9 @@ func (s *Simulator) handleDestroy(q *apiRequest) (any, error) {
 	if v.running {
 		return nil, serverError("VM %d is running - destroy failed", v.vmid)
 	}
-	if !q.boolean("skiplock", false) {
+	// destroy_vm (QemuServer.pm) ignores "suspended" ("fix #4358"): the
+	// saved state goes with the disks.
+	if !q.boolean("skiplock", false) && v.conf["lock"] != lockSuspended {
 		if err := checkLock(v); err != nil {
 			return nil, err
 		}

@@ -28,8 +28,9 @@ const (
 	// PresetRealistic is what a small Proxmox VE host does, each number
 	// sourced in README.md, "Timing presets": status sampled every 10 s
 	// (pvestatd), linked clone 5 s plus 1 s per GiB for full clones, boot
-	// to guest agent and to cloud-init running the agent 20 s, storage
-	// locks waited for 10 s (cfs_lock).
+	// to guest agent and to cloud-init running the agent 20 s, suspend to
+	// disk and resume 1 s plus 1 s per GiB of memory, storage locks waited
+	// for 10 s (cfs_lock).
 	PresetRealistic = "realistic"
 )
 
@@ -41,6 +42,9 @@ var presets = map[string]Timings{
 		Latency: Latency{
 			CloneBase: ms(1000), Config: ms(20), Resize: ms(50), Start: ms(200), Boot: ms(2000),
 			Stop: ms(100), Shutdown: ms(300), Destroy: ms(300), Upload: ms(50),
+			// Every step of a suspend and a resume, none of their
+			// per-GiB cost.
+			Suspend: ms(300), Resume: ms(200),
 		},
 		RefreshInterval:    ms(1000),
 		StorageLockTimeout: ms(10_000),
@@ -55,6 +59,18 @@ var presets = map[string]Timings{
 			Start: ms(1000), Boot: ms(20_000), GuestStart: ms(20_000),
 			Stop: ms(500), Shutdown: ms(5000),
 			Destroy: ms(1000), Upload: ms(200),
+			// A suspend to disk writes the guest's memory to the state
+			// volume (RunState.pm vm_suspend: savevm-start, polled by
+			// query-savevm every second), a resume reads it back (QEMU
+			// started with -loadstate): both are the memory size over
+			// the storage's throughput, taken as the ~1 GiB/s of a local
+			// NVMe (ClonePerGiB's), per GiB of configured memory, an
+			// upper bound since zero pages cost next to nothing. The
+			// fixed parts: the state volume's allocation and the config
+			// writes, then QEMU's quit (suspend); QEMU's start (resume,
+			// Start's second).
+			Suspend: ms(1000), SuspendPerGiB: ms(1000),
+			Resume: ms(1000), ResumePerGiB: ms(1000),
 		},
 		// pvestatd's update loop ($updatetime = 10).
 		RefreshInterval: ms(10_000),

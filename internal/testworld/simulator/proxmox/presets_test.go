@@ -15,7 +15,8 @@ func TestPresets(t *testing.T) {
 		t.Fatal(err)
 	}
 	if realistic.RefreshInterval.D() != 10*time.Second || realistic.StorageLockTimeout.D() != 10*time.Second ||
-		realistic.Latency.Boot.D() != 20*time.Second || realistic.Latency.CloneBase.D() != 5*time.Second || realistic.Latency.ClonePerGiB.D() != time.Second {
+		realistic.Latency.Boot.D() != 20*time.Second || realistic.Latency.CloneBase.D() != 5*time.Second || realistic.Latency.ClonePerGiB.D() != time.Second ||
+		realistic.Latency.SuspendPerGiB.D() != time.Second || realistic.Latency.ResumePerGiB.D() != time.Second {
 		t.Errorf("realistic preset = %+v", realistic)
 	}
 	def := DefaultConfig()
@@ -26,7 +27,8 @@ func TestPresets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fast.RefreshInterval >= realistic.RefreshInterval || fast.Latency.Boot >= realistic.Latency.Boot || fast.Latency.CloneBase >= realistic.Latency.CloneBase {
+	if fast.RefreshInterval >= realistic.RefreshInterval || fast.Latency.Boot >= realistic.Latency.Boot || fast.Latency.CloneBase >= realistic.Latency.CloneBase ||
+		fast.Latency.Suspend >= realistic.Latency.Suspend || fast.Latency.Resume >= realistic.Latency.Resume || fast.Latency.SuspendPerGiB != 0 {
 		t.Errorf("fast preset %+v is not faster than realistic", fast)
 	}
 	cfg := DefaultConfig()

@@ -17,7 +17,9 @@ import (
 //
 // Mutation: giving the agent's file-write the PVE 8 check on both versions
 // (table.go) fails the PVE 9 rows; dropping check_drive_perms's old-value
-// check (resolve.go configNeeds) fails the cloud-init drive row.
+// check (resolve.go configNeeds) fails the cloud-init drive row; dropping
+// the simulator's StateStorage (auth.go needsLocked) fails the state
+// storage row.
 func TestPrivilegesByVersion(t *testing.T) {
 	cases := []struct {
 		version      int
@@ -43,6 +45,18 @@ func TestPrivilegesByVersion(t *testing.T) {
 			[]string{"ciuser", "ci"}, ""},
 		{9, "deleting an ISO wants Datastore.Allocate", []string{"Datastore.AllocateTemplate", "Datastore.AllocateSpace"}, "DELETE", "/nodes/pve1/storage/local/content/local:iso/x.iso",
 			nil, "403 Permission check failed (/storage/local, Datastore.Allocate)"},
+		{9, "a suspend to disk wants VM.Config.Disk", []string{"VM.PowerMgmt"}, "POST", "/nodes/pve1/qemu/9000/status/suspend",
+			[]string{"todisk", "1"}, "403 Permission check failed (/vms/9000, VM.Config.Disk)"},
+		{8, "a suspend to disk wants the state storage", []string{"VM.PowerMgmt", "VM.Config.Disk"}, "POST", "/nodes/pve1/qemu/9000/status/suspend",
+			[]string{"todisk", "1"}, "403 Permission check failed (/storage/local-lvm, Datastore.AllocateSpace)"},
+		{9, "a suspend to disk wants the statestorage given", []string{"VM.PowerMgmt", "VM.Config.Disk", "Datastore.AllocateSpace"}, "POST", "/nodes/pve1/qemu/9000/status/suspend",
+			[]string{"todisk", "1", "statestorage", "local"}, ""},
+		{9, "a pause wants VM.PowerMgmt alone", []string{"VM.PowerMgmt"}, "POST", "/nodes/pve1/qemu/9000/status/suspend",
+			nil, ""},
+		{8, "a resume wants VM.PowerMgmt", []string{"VM.Config.Disk"}, "POST", "/nodes/pve1/qemu/9000/status/resume",
+			nil, "403 Permission check failed (/vms/9000, VM.PowerMgmt)"},
+		{9, "deleting a saved state wants VM.PowerMgmt", []string{"VM.Config.Disk", "Datastore.AllocateSpace"}, "PUT", "/nodes/pve1/qemu/9000/config",
+			[]string{"delete", "vmstate"}, "403 Permission check failed (/vms/9000, VM.PowerMgmt)"},
 		{8, "a clone needs Datastore.AllocateSpace on the template's disks", []string{"VM.Clone", "VM.Allocate"}, "POST", "/nodes/pve1/qemu/9000/clone",
 			[]string{"newid", "150"}, "403 Permission check failed (/storage/local-lvm, Datastore.AllocateSpace)"},
 	}

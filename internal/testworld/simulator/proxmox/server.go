@@ -577,6 +577,8 @@ func apiRoutes() []*route {
 		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/status/start", classPower, startSchema, (*Simulator).handleStart),
 		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/status/stop", classPower, stopSchema, (*Simulator).handleStop),
 		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/status/shutdown", classPower, shutdownSchema, (*Simulator).handleShutdown),
+		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/status/suspend", classPower, suspendSchema, (*Simulator).handleSuspend),
+		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/status/resume", classPower, resumeSchema, (*Simulator).handleResume),
 		newRoute(http.MethodDelete, "/nodes/{node}/qemu/{vmid}", classDestroy, destroySchema, (*Simulator).handleDestroy),
 		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces", classAgent, sch(nodeP, vmidP), (*Simulator).handleAgentInterfaces),
 		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/agent/get-osinfo", classAgent, sch(nodeP, vmidP), (*Simulator).handleAgentOSInfo),

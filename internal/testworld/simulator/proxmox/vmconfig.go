@@ -75,6 +75,7 @@ func vmConfigSchema() *schema {
 		param{name: "hotplug", kind: kString, optional: true},
 		param{name: "startup", kind: kString, optional: true},
 		param{name: "hookscript", kind: kString, optional: true},
+		param{name: "vmstatestorage", kind: kString, optional: true, format: verifyStorageID},
 		param{name: "rng0", kind: kString, optional: true},
 		param{name: "citype", kind: kString, optional: true, enum: []string{"configdrive2", "nocloud", "opennebula"}},
 		param{name: "ciuser", kind: kString, optional: true},

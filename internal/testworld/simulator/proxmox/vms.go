@@ -31,6 +31,12 @@ type vm struct {
 	// guestFiles are the files agent/file-write put into a simulated guest
 	// that runs no guest program, by path; its next stop empties them.
 	guestFiles map[string]guestFile
+	// paused: QEMU runs with its vCPUs stopped (a suspend without todisk,
+	// qmpause); status/resume continues it.
+	paused bool
+	// saved is what a suspend to disk kept of the guest beside the memory
+	// image on its state volume (suspend.go); nil unless suspended.
+	saved *savedGuest
 }
 
 func (v *vm) isTemplate() bool { return v.conf["template"] == "1" }
@@ -247,6 +253,9 @@ func (s *Simulator) vmStatus(v *vm) map[string]any {
 	}
 	if v.running {
 		st["status"], st["qmpstatus"] = "running", "running"
+		if v.paused {
+			st["qmpstatus"] = "paused"
+		}
 		st["pid"] = v.pid
 		st["uptime"] = int64(now.Sub(v.startedAt).Seconds())
 		st["mem"] = v.memoryBytes() / 3
@@ -299,7 +308,9 @@ func (s *Simulator) handleListVMs(q *apiRequest) (any, error) {
 func (s *Simulator) volumesOwnedLocked(v *vm) []string {
 	var vols []string
 	for k, val := range v.conf {
-		if !driveKeyRE.MatchString(k) && !unusedRE.MatchString(k) {
+		// destroy_vm frees the saved state with the disks (extra_keys
+		// vmstate).
+		if !driveKeyRE.MatchString(k) && !unusedRE.MatchString(k) && k != "vmstate" {
 			continue
 		}
 		d := parseDrive(val)

@@ -55,10 +55,17 @@ func (s *Simulator) updateConfig(q *apiRequest, sync bool) (any, error) {
 	if d := q.str("digest"); d != "" && d != configDigest(v.conf) {
 		return nil, serverError("detected modified configuration - file changed by other user? Try again.")
 	}
-	if !q.boolean("skiplock", false) {
+	// update_vm: deleting the saved state of a VM suspended to disk
+	// lifts its lock with it ("'suspended' lock should probably be a
+	// state or \"weak\" lock").
+	dropState := contains(deletes, "vmstate")
+	if !q.boolean("skiplock", false) && (!dropState || v.conf["lock"] != lockSuspended) {
 		if err := checkLock(v); err != nil {
 			return nil, err
 		}
+	}
+	if val := v.conf["vmstate"]; dropState && val != "" && v.conf["protection"] == "1" {
+		return nil, serverError("can't remove vmstate '%s'", val)
 	}
 	if b, ok := changes["boot"]; ok {
 		if p, _ := propertyString(b, "legacy"); p != nil && p["order"] != "" {
@@ -156,6 +163,16 @@ func isNewDiskSize(s string) bool {
 // deleted disks become unusedN entries, as in qemu-server.
 func (s *Simulator) applyConfigLocked(v *vm, changes map[string]string, deletes []string, t *task) {
 	for _, k := range deletes {
+		if k == "vmstate" {
+			// The volume is freed (if the VM owns it), runningmachine,
+			// runningcpu and the "suspended" lock go with it: the VM is
+			// a stopped one that boots afresh.
+			if v.conf["lock"] == lockSuspended {
+				delete(v.conf, "lock")
+			}
+			s.dropVMStateLocked(v)
+			continue
+		}
 		old, ok := v.conf[k]
 		if !ok {
 			continue

@@ -66,7 +66,8 @@ func row(t *testing.T, method, path string) *Endpoint {
 // pve-storage check, case by case.
 //
 // Mutation: classifying ipconfig<n> as VM.Config.Network only (optionNeed)
-// fails the cloud-init options case.
+// fails the cloud-init options case; dropping the storage check of a
+// suspend to disk (suspendNeeds) fails both suspend-to-disk cases.
 func TestNeeds(t *testing.T) {
 	vm := map[string]string{"vmid": "1000", "node": "pve1"}
 	template := map[string]string{
@@ -128,6 +129,39 @@ func TestNeeds(t *testing.T) {
 		{"ISO deletion", PVE8, "DELETE", "/nodes/{node}/storage/{storage}/content/{volume}",
 			Call{Vars: map[string]string{"storage": "local", "volume": "local:iso/x.iso"}},
 			[]Need{{Path: "/storage/local", Privs: []string{"Datastore.Allocate"}}}},
+		{"suspend to disk: the VM's disks and the storage find_vmstate_storage picks", PVE9, "POST", "/nodes/{node}/qemu/{vmid}/status/suspend",
+			Call{Vars: vm, Params: map[string]string{"todisk": "1"}, StateStorage: func() string { return "local-lvm" }},
+			[]Need{
+				{Path: "/vms/1000", Privs: []string{"VM.PowerMgmt"}},
+				{Path: "/vms/1000", Privs: []string{"VM.Config.Disk"}},
+				{Path: "/storage/local-lvm", Privs: []string{"Datastore.AllocateSpace"}},
+			}},
+		{"suspend to disk: statestorage wins", PVE8, "POST", "/nodes/{node}/qemu/{vmid}/status/suspend",
+			Call{Vars: vm, Params: map[string]string{"todisk": "1", "statestorage": "fast"}, StateStorage: func() string { return "local-lvm" }},
+			[]Need{
+				{Path: "/vms/1000", Privs: []string{"VM.PowerMgmt"}},
+				{Path: "/vms/1000", Privs: []string{"VM.Config.Disk"}},
+				{Path: "/storage/fast", Privs: []string{"Datastore.AllocateSpace"}},
+			}},
+		{"pause: VM.PowerMgmt alone", PVE9, "POST", "/nodes/{node}/qemu/{vmid}/status/suspend",
+			Call{Vars: vm, Params: map[string]string{"todisk": "0"}, StateStorage: func() string { return "local-lvm" }},
+			[]Need{{Path: "/vms/1000", Privs: []string{"VM.PowerMgmt"}}}},
+		{"resume: VM.PowerMgmt alone", PVE9, "POST", "/nodes/{node}/qemu/{vmid}/status/resume",
+			Call{Vars: vm}, []Need{{Path: "/vms/1000", Privs: []string{"VM.PowerMgmt"}}}},
+		{"config: a saved state deleted", PVE9, "PUT", "/nodes/{node}/qemu/{vmid}/config",
+			Call{Vars: vm, Params: map[string]string{"delete": "vmstate"},
+				Config: map[string]string{"vmstate": "local:1000/vm-1000-state-suspend-2026-01-02.raw", "lock": "suspended"}},
+			[]Need{
+				{Path: "/vms/1000", Privs: configPrivs, Any: true},
+				{Path: "/vms/1000", Privs: []string{"VM.Config.Disk", "VM.PowerMgmt"}},
+				{Path: "/storage/local", Privs: []string{"Datastore.AllocateSpace"}},
+			}},
+		{"config: another VM's saved state is only dropped", PVE8, "PUT", "/nodes/{node}/qemu/{vmid}/config",
+			Call{Vars: vm, Params: map[string]string{"delete": "vmstate"}, Config: map[string]string{"vmstate": "local-lvm:vm-999-state-suspend-2026-01-02"}},
+			[]Need{
+				{Path: "/vms/1000", Privs: configPrivs, Any: true},
+				{Path: "/vms/1000", Privs: []string{"VM.Config.Disk", "VM.PowerMgmt"}},
+			}},
 		{"guest agent on PVE 8", PVE8, "POST", "/nodes/{node}/qemu/{vmid}/agent/file-write",
 			Call{Vars: vm}, []Need{{Path: "/vms/1000", Privs: []string{"VM.Monitor"}}}},
 	}

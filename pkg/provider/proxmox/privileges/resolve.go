@@ -20,6 +20,10 @@ type Call struct {
 	// Volume returns the content type ("iso", "images", "backup") of a
 	// volume id, "" if unknown; nil means "iso" for every volume.
 	Volume func(volid string) string
+	// StateStorage returns the storage a suspend to disk without
+	// statestorage saves the VM's memory to (qemu-server QemuConfig.pm
+	// find_vmstate_storage for Config); nil or "" leaves that check out.
+	StateStorage func() string
 }
 
 // Need is one check with its path filled in.
@@ -72,6 +76,27 @@ func (e *Endpoint) Needs(v Version, c Call) []Need {
 		// Backups of a VM need Datastore.AllocateSpace and VM.Backup
 		// instead; HyperFleet deletes ISOs only.
 		out = append(out, Need{Path: "/storage/" + c.Vars["storage"], Privs: []string{"Datastore.Allocate"}})
+	case RuleSuspend:
+		out = append(out, suspendNeeds(c)...)
+	}
+	return out
+}
+
+// suspendNeeds is vm_suspend's (qemu-server Qemu.pm) check with todisk:
+// VM.Config.Disk on the VM, then Datastore.AllocateSpace on the state
+// storage: the statestorage parameter, else the one find_vmstate_storage
+// picks from the VM's config. A pause (no todisk) checks nothing more.
+func suspendNeeds(c Call) []Need {
+	if c.Params["todisk"] != "1" {
+		return nil
+	}
+	out := []Need{{Path: "/vms/" + c.Vars["vmid"], Privs: []string{"VM.Config.Disk"}}}
+	sid := c.Params["statestorage"]
+	if sid == "" && c.StateStorage != nil {
+		sid = c.StateStorage()
+	}
+	if sid != "" {
+		out = append(out, Need{Path: "/storage/" + sid, Privs: []string{"Datastore.AllocateSpace"}})
 	}
 	return out
 }
@@ -132,8 +157,13 @@ func optionNeed(vmPath, key string) (Need, bool) {
 		return Need{}, false
 	case base == "numa" && base != key:
 		return Need{Path: vmPath, Privs: []string{"VM.Config.CPU"}}, true
-	case base == "net":
+	case base == "net", key == "running-nets-host-mtu":
 		return Need{Path: vmPath, Privs: []string{"VM.Config.Network"}}, true
+	case key == "vmstate":
+		// "the user needs Disk and PowerMgmt privileges to change the
+		// vmstate"; the storage's privilege is checked when the volume
+		// is freed (configNeeds).
+		return Need{Path: vmPath, Privs: []string{"VM.Config.Disk", "VM.PowerMgmt"}}, true
 	case base == "ipconfig":
 		return Need{Path: vmPath, Privs: []string{"VM.Config.Cloudinit", "VM.Config.Network"}, Any: true}, true
 	}
@@ -177,6 +207,18 @@ func storageOf(value string) string {
 	return sid
 }
 
+// OwnedBy reports whether volid is a volume of VM vmid by its name
+// (pve-storage parse_volname: vm-<vmid>-... or base-<vmid>-..., on file
+// storages under <vmid>/), as qemu-server's vm_is_volid_owner decides.
+func OwnedBy(volid, vmid string) bool {
+	_, name, ok := strings.Cut(volid, ":")
+	if !ok || vmid == "" {
+		return false
+	}
+	name = name[strings.LastIndex(name, "/")+1:]
+	return strings.HasPrefix(name, "vm-"+vmid+"-") || strings.HasPrefix(name, "base-"+vmid+"-")
+}
+
 func sortedKeys(m map[string]string) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -217,10 +259,16 @@ func configNeeds(c Call) []Need {
 		}
 	}
 	for _, k := range deleted {
-		if driveRE.MatchString(k) && c.Config[k] != "" {
+		switch {
+		case driveRE.MatchString(k) && c.Config[k] != "":
 			out = append(out, Need{Path: vmPath, Privs: drivePrivs(c.Config[k])})
-		} else if strings.HasPrefix(k, "unused") {
+		case strings.HasPrefix(k, "unused"):
 			out = append(out, Need{Path: vmPath, Privs: []string{"VM.Config.Disk"}})
+		case k == "vmstate" && OwnedBy(c.Config[k], c.Vars["vmid"]):
+			// try_deallocate_drive (QemuServer.pm) frees a saved state
+			// the VM owns only with Datastore.AllocateSpace on its
+			// storage; one it does not own is dropped from the config.
+			out = append(out, Need{Path: "/storage/" + storageOf(c.Config[k]), Privs: []string{"Datastore.AllocateSpace"}})
 		}
 	}
 	for _, k := range keys {

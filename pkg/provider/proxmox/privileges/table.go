@@ -117,6 +117,11 @@ const (
 	// RuleContentDelete is Content.pm delete: Datastore.Allocate on the
 	// storage for every volume but backups.
 	RuleContentDelete Rule = "content-delete"
+	// RuleSuspend is vm_suspend's checks with todisk: VM.Config.Disk on
+	// the VM and Datastore.AllocateSpace on the storage the VM's memory is
+	// saved to (statestorage, else QemuConfig.pm find_vmstate_storage's
+	// pick: Call.StateStorage).
+	RuleSuspend Rule = "suspend"
 )
 
 // Endpoint is one row: an API method and path template and what each
@@ -241,6 +246,14 @@ var Table = []Endpoint{
 		Checks: vm("VM.PowerMgmt")},
 	// qemu-server src/PVE/API2/Qemu.pm vm_shutdown.
 	{Method: "POST", Path: "/nodes/{node}/qemu/{vmid}/status/shutdown", Source: "qemu-server src/PVE/API2/Qemu.pm vm_shutdown",
+		Checks: vm("VM.PowerMgmt")},
+	// qemu-server src/PVE/API2/Qemu.pm vm_suspend: VM.PowerMgmt, and
+	// with todisk the "early check for storage permission" (RuleSuspend).
+	{Method: "POST", Path: "/nodes/{node}/qemu/{vmid}/status/suspend", Source: "qemu-server src/PVE/API2/Qemu.pm vm_suspend",
+		Checks: vm("VM.PowerMgmt"), Rule: RuleSuspend},
+	// qemu-server src/PVE/API2/Qemu.pm vm_resume: VM.PowerMgmt alone, also
+	// for a VM suspended to disk (which it starts with vm_start).
+	{Method: "POST", Path: "/nodes/{node}/qemu/{vmid}/status/resume", Source: "qemu-server src/PVE/API2/Qemu.pm vm_resume",
 		Checks: vm("VM.PowerMgmt")},
 	// qemu-server src/PVE/API2/Qemu.pm destroy_vm.
 	{Method: "DELETE", Path: "/nodes/{node}/qemu/{vmid}", Source: "qemu-server src/PVE/API2/Qemu.pm destroy_vm",

@@ -1,0 +1,164 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+)
+
+// recordingSystem records what freshen asks of the guest, in order.
+type recordingSystem struct {
+	calls              []string
+	seed               []byte
+	clock              time.Time
+	entropyErr, setErr error
+}
+
+func (r *recordingSystem) SetClock(t time.Time) error {
+	r.calls, r.clock = append(r.calls, "clock"), t
+	return r.setErr
+}
+
+func (r *recordingSystem) AddEntropy(seed []byte) error {
+	r.calls, r.seed = append(r.calls, "entropy"), bytes.Clone(seed)
+	return r.entropyErr
+}
+
+func freshness(t *testing.T, at time.Time) *agentconfig.Freshness {
+	t.Helper()
+	seed := make([]byte, agentconfig.FreshEntropyBytes)
+	if _, err := rand.Read(seed); err != nil {
+		t.Fatal(err)
+	}
+	return &agentconfig.Freshness{Time: at, Entropy: seed}
+}
+
+func TestFreshen(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	suspended := time.Now().Add(3 * time.Hour)
+	cases := []struct {
+		name      string
+		fresh     *agentconfig.Freshness
+		sys       recordingSystem
+		wantCalls []string
+		wantFail  string
+	}{
+		{name: "no freshness: an operator from before it", wantCalls: nil},
+		{name: "clock close enough: entropy only", fresh: freshness(t, time.Now()), wantCalls: []string{"entropy"}},
+		{name: "resumed hours later: entropy, then the clock", fresh: freshness(t, suspended), wantCalls: []string{"entropy", "clock"}},
+		{name: "clock ahead is stepped back too", fresh: freshness(t, time.Now().Add(-time.Hour)), wantCalls: []string{"entropy", "clock"}},
+		{name: "reseed fails: no secret used, clock untouched", fresh: freshness(t, suspended), sys: recordingSystem{entropyErr: syscall.EPERM},
+			wantCalls: []string{"entropy"}, wantFail: "reseed the random number generator"},
+		{name: "clock step fails", fresh: freshness(t, suspended), sys: recordingSystem{setErr: syscall.EPERM},
+			wantCalls: []string{"entropy", "clock"}, wantFail: "step the clock"},
+		{name: "a system without the calls goes on", fresh: freshness(t, suspended), sys: recordingSystem{entropyErr: errNotSupported, setErr: errNotSupported},
+			wantCalls: []string{"entropy", "clock"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sys := c.sys
+			err := freshen(log, &sys, c.fresh, ExitNoSecrets)
+			if !slices.Equal(sys.calls, c.wantCalls) {
+				t.Errorf("calls %v, want %v", sys.calls, c.wantCalls)
+			}
+			switch {
+			case c.wantFail == "" && err != nil:
+				t.Fatalf("freshen: %v", err)
+			case c.wantFail != "" && (err == nil || exitCode(err) != ExitNoSecrets || !bytes.Contains([]byte(err.Error()), []byte(c.wantFail))):
+				t.Fatalf("freshen: %v (exit code %d), want ExitNoSecrets saying %q", err, exitCode(err), c.wantFail)
+			}
+			if c.fresh != nil && !bytes.Equal(sys.seed, c.fresh.Entropy) {
+				t.Errorf("entropy %x, want the operator's %x", sys.seed, c.fresh.Entropy)
+			}
+			if len(sys.calls) == 2 && !sys.clock.Equal(c.fresh.Time) {
+				t.Errorf("clock stepped to %v, want the operator's %v", sys.clock, c.fresh.Time)
+			}
+		})
+	}
+}
+
+// TestGuestSecretsFreshenFirst: the secrets a suspended guest receives are
+// returned only after its system was made fresh from the document, and a
+// document whose fresh part is unusable is not taken.
+func TestGuestSecretsFreshenFirst(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "secrets", "guest-secrets.json")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fresh := freshness(t, time.Now().Add(2*time.Hour))
+	doc, err := json.Marshal(agentconfig.GuestSecrets{JITConfig: "jit", Fresh: fresh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sys := &recordingSystem{}
+	g, err := waitGuestSecrets(t.Context(), t.Context(), log, sys, path, ExitNoSecrets)
+	if err != nil || g.JITConfig != "jit" {
+		t.Fatalf("waitGuestSecrets = %+v, %v", g, err)
+	}
+	if !slices.Equal(sys.calls, []string{"entropy", "clock"}) || !sys.clock.Equal(fresh.Time) {
+		t.Errorf("the guest saw %v (clock %v), want its entropy and its clock made fresh", sys.calls, sys.clock)
+	}
+
+	fresh.Entropy = fresh.Entropy[:8]
+	doc, _ = json.Marshal(agentconfig.GuestSecrets{JITConfig: "jit", Fresh: fresh})
+	if err := os.WriteFile(path, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // the deadline has passed: one read, then the refusal
+	sys = &recordingSystem{}
+	if _, err := waitGuestSecrets(t.Context(), ctx, log, sys, path, ExitNoSecrets); exitCode(err) != ExitNoSecrets || !bytes.Contains([]byte(err.Error()), []byte("entropy")) {
+		t.Fatalf("a document with 8 bytes of entropy: %v, want ExitNoSecrets saying why", err)
+	}
+	if len(sys.calls) != 0 {
+		t.Errorf("an unusable document changed the guest: %v", sys.calls)
+	}
+}
+
+func TestGuestSystemOfOptions(t *testing.T) {
+	own := &recordingSystem{}
+	if got := guestSystem(&Options{System: own, Root: "/x"}); got != own {
+		t.Errorf("Options.System is not used: %T", got)
+	}
+	if _, ok := guestSystem(&Options{Root: "/x"}).(sharedHost); !ok {
+		t.Error("an agent sharing its host (Root set) would change the host's clock")
+	}
+	if _, ok := guestSystem(&Options{}).(hostSystem); !ok {
+		t.Error("a real VM's agent does not use its own system")
+	}
+}
+
+// TestHostSystemReseeds makes the real calls on this host's kernel:
+// RNDADDENTROPY and RNDRESEEDCRNG take the operator's seed as root (which
+// only adds to the pool) and are refused without privilege; a wrong
+// rand_pool_info layout would be EINVAL either way. The clock is never
+// stepped here: CLOCK_REALTIME has no namespace.
+func TestHostSystemReseeds(t *testing.T) {
+	seed := freshness(t, time.Now()).Entropy
+	err := hostSystem{}.AddEntropy(seed)
+	if os.Geteuid() == 0 {
+		if err != nil {
+			t.Fatalf("AddEntropy as root: %v", err)
+		}
+		return
+	}
+	if !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("AddEntropy without privilege: %v, want EPERM", err)
+	}
+}

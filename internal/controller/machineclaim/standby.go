@@ -1,0 +1,186 @@
+package machineclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// A standby claim (spec.standby, docs/runnerpool.md "Standby") has its VM
+// built and booted as any claim's, then suspended to disk before anything
+// secret reaches it: no runner credential, no join token, no broker proof
+// is issued for it while it stands by, so its saved memory on the
+// hypervisor's storage holds none. Its RunnerPool takes it for a job by
+// clearing spec.standby; the claim then resumes the VM, reads its
+// addresses again through the same build step as a new VM's (ensureVM:
+// Booting until the guest agent answers, then Running), and delivers its
+// secrets, which make the guest fresh before they are used (its entropy
+// and its clock: agentconfig.Freshness).
+
+// standbyPoll is how soon a claim looks again at a suspend or a resume in
+// flight: the hypervisor's own task takes seconds (the guest's memory
+// written to or read from storage).
+const standbyPoll = 2 * time.Second
+
+// holdStandby is the first of a provisioned claim's running phases: a
+// standby claim's VM is suspended and then left alone (the pass stops:
+// nothing of the running phases is for it), and a VM its pool took out of
+// the tier is resumed; any other claim goes on.
+func (r *Reconciler) holdStandby(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	switch {
+	case claim.Ended() || claim.EndRequested():
+		return phase.Next(), nil
+	case claim.Spec.Standby:
+		return r.suspendStandby(ctx, s)
+	case claim.Suspended():
+		return r.resumeStandby(ctx, s)
+	}
+	return phase.Next(), nil
+}
+
+// suspendStandby suspends a standby claim's running VM to disk and records
+// it ready (status.standby.suspendedAt), which its pool counts in its tier.
+func (r *Reconciler) suspendStandby(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	if st := claim.Status.Standby; st != nil && st.SuspendedAt != nil {
+		// Stands by: its pool wakes it (clearing spec.standby) to take it.
+		return phase.Stop(), nil
+	}
+	if s.tmpl != nil && Attests(s.tmpl) {
+		// Its pool makes no standby VMs of such a template
+		// (runnerpool_standby.go, standbyUnsupported); one made before
+		// the template attested fails rather than wait with an identity
+		// issued for a build long past.
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.StandbyUnsupportedReason,
+			message: fmt.Sprintf("template %s attests its VMs with SPIRE, whose join token or TPM enrollment cannot wait in a standby tier", s.tmpl.Name)})
+		return phase.Stop(), nil
+	}
+	p, vm, res, err := r.readStandbyVM(ctx, s)
+	if vm == nil {
+		return res, err
+	}
+	ref := claim.Status.VMRef
+	switch vm.Power {
+	case provider.PowerSuspended:
+		now := metav1.NewTime(s.clock.Now())
+		claim.Status.Standby = &hfv1.StandbyStatus{SuspendedAt: &now}
+		msg := fmt.Sprintf("VM %s is suspended to disk, with no credential, in the standby tier of RunnerPool %s until the pool takes it for a job",
+			ref.ID(), claim.Spec.RunnerPoolRef.Name)
+		s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.StandingByReason, msg)
+		r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.StandingByReason), msg)
+		metrics.StandbyTransitions.WithLabelValues("suspended").Inc()
+		logRoutine(ctx, hfv1.StandingByReason, "VM %s is suspended to disk", ref.ID())
+		return phase.Stop(), nil
+	case provider.PowerStopped:
+		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s powered off before it was suspended for the standby tier", ref.ID()))
+		return phase.Stop(), nil
+	case provider.PowerRunning:
+		if _, err := p.SetPower(ctx, vmspec.Owner(claim), vmRefOf(ref), provider.PowerSuspend); err != nil {
+			return r.standbyPowerError(ctx, s, provider.PowerSuspend, err)
+		}
+	}
+	// Being suspended (paused while its memory is written), or just asked.
+	s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.SuspendingReason,
+		fmt.Sprintf("VM %s is up and being suspended to disk for the standby tier; it receives no credential until its RunnerPool takes it for a job", ref.ID()))
+	return phase.StopAndRequeue(standbyPoll), nil
+}
+
+// resumeStandby resumes the suspended VM of a claim its pool took out of
+// the standby tier, records when (status.standby.resumedAt: its lifecycle
+// limits count from there) and hands the claim back to the build step,
+// which reads the resumed guest's addresses before the claim reports them
+// and places its secrets.
+func (r *Reconciler) resumeStandby(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	p, vm, res, err := r.readStandbyVM(ctx, s)
+	if vm == nil {
+		return res, err
+	}
+	ref := claim.Status.VMRef
+	switch vm.Power {
+	case provider.PowerStopped:
+		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s of the standby tier was found powered off, its saved state gone, when its pool took it for a job", ref.ID()))
+		return phase.Stop(), nil
+	case provider.PowerSuspended:
+		if _, err := p.SetPower(ctx, vmspec.Owner(claim), vmRefOf(ref), provider.PowerResume); err != nil {
+			return r.standbyPowerError(ctx, s, provider.PowerResume, err)
+		}
+	}
+	now := metav1.NewTime(s.clock.Now())
+	claim.Status.Standby.ResumedAt = &now
+	msg := fmt.Sprintf("VM %s is resumed from the standby tier for a job; waiting for its guest, then its addresses and credential", ref.ID())
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ResumingReason, msg)
+	s.facts.withdraw(hfv1.MachineClaimBootstrappedCondition)
+	r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.ResumingReason), msg)
+	metrics.StandbyTransitions.WithLabelValues("resumed").Inc()
+	if at := claim.Status.Standby.SuspendedAt; at != nil {
+		metrics.StandbyWaitSeconds.Observe(now.Sub(at.Time).Seconds())
+	}
+	logRoutine(ctx, hfv1.ResumingReason, "VM %s is resumed for a job", ref.ID())
+	return phase.StopAndRequeue(standbyPoll), nil
+}
+
+// readStandbyVM reads the claim's VM through its hypervisor. vm is nil
+// when the pass must return res, err instead: the cluster is not
+// connected (its controller wakes the claim), the VM is gone (the claim
+// ends), or the read failed (retried after the claim's backoff).
+func (r *Reconciler) readStandbyVM(ctx context.Context, s *claimScope) (provider.Provider, *provider.VM, phase.Result, error) {
+	ref := s.claim.Status.VMRef
+	p, _, connected := r.Registry.Provider(ref.HypervisorCluster)
+	if !connected {
+		return nil, nil, phase.Stop(), nil
+	}
+	vm, err := p.GetVM(ctx, vmRefOf(ref))
+	switch {
+	case errors.Is(err, provider.ErrNotFound):
+		s.beginEnd(claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason,
+			message: fmt.Sprintf("VM %s of the standby tier no longer exists on %s", ref.ID(), ref.HypervisorCluster)})
+		return nil, nil, phase.Stop(), nil
+	case err != nil:
+		ctrl.LoggerFrom(ctx).Info("Could not read the standby VM; reading it again later", "vm", ref.ID(), "err", err.Error())
+		return nil, nil, phase.StopAndRequeue(s.backoff()), nil
+	}
+	return p, vm, phase.Result{}, nil
+}
+
+// standbyPowerError handles a refused suspend or resume: a transient one
+// (the hypervisor busy with the VM) is asked again soon, a VM not the
+// claim's goes the way of every provisioning error (provisionError), and a
+// VM that cannot be suspended or resumed at all ends the claim, failed:
+// its pool replaces it.
+func (r *Reconciler) standbyPowerError(ctx context.Context, s *claimScope, action provider.PowerAction, err error) (phase.Result, error) {
+	claim := s.claim
+	switch provider.Classify(err) {
+	case provider.ClassTransient:
+		ctrl.LoggerFrom(ctx).Info("The hypervisor cannot change the standby VM's power yet; asking again", "action", action, "err", err.Error())
+		return phase.StopAndRequeue(standbyPoll), nil
+	case provider.ClassPermanent, provider.ClassConfiguration:
+		if !errors.Is(err, provider.ErrNotOwned) {
+			metrics.StandbyTransitions.WithLabelValues(string(action) + "_failed").Inc()
+			s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.StandbyFailedReason,
+				message: fmt.Sprintf("VM %s of the standby tier could not be %s (%s): %v", claim.Status.VMRef.ID(), pastTense(action), provider.ReasonOf(err), err)})
+			return phase.Stop(), nil
+		}
+	}
+	return r.provisionError(ctx, s, err)
+}
+
+// pastTense is how a message says a standby power action was done.
+func pastTense(a provider.PowerAction) string {
+	if a == provider.PowerSuspend {
+		return "suspended to disk"
+	}
+	return "resumed"
+}
