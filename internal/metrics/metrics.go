@@ -29,6 +29,25 @@ var (
 		phaseBuckets,
 		"phase")
 
+	// StandbyTransitions counts standby VMs suspended and resumed, and
+	// the suspends and resumes the hypervisor refused for good.
+	StandbyTransitions = NewCounterVec("standby_transitions_total",
+		"Standby VMs suspended to disk (suspended) and resumed for a job (resumed), and suspends and resumes that failed for good (suspend_failed, resume_failed).",
+		"event")
+
+	// StandbyWaitSeconds is how long standby VMs stood by, suspended,
+	// before their pool took them for a job.
+	StandbyWaitSeconds = NewHistogram("standby_wait_duration_seconds",
+		"How long a standby VM stood by, suspended to disk, before its RunnerPool took it for a job.",
+		[]float64{1, 10, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800})
+
+	// StandbyResumeSeconds is how long a standby VM taken for a job took
+	// to be back: from the resume's request to its guest answering with
+	// its addresses read again.
+	StandbyResumeSeconds = NewHistogram("standby_resume_duration_seconds",
+		"From the resume of a standby VM taken for a job to its guest answering, with its addresses read again.",
+		[]float64{0.25, 0.5, 1, 2, 3, 5, 8, 13, 20, 30, 60, 120})
+
 	// ClaimsStuck counts claims that overstayed their phase's bound
 	// (internal/controller/machineclaim/stuck), by phase.
 	ClaimsStuck = NewGaugeVec("claims_stuck",

@@ -22,6 +22,27 @@ var (
 		"Queued CI jobs routed to a RunnerPool that no runner has taken yet.",
 		"namespace", "pool")
 
+	// PoolStandby counts each RunnerPool's standby VMs by state: ready
+	// (suspended, waiting), refilling (being built, booted or suspended)
+	// and resuming (taken for a job, runner not online yet).
+	PoolStandby = NewGaugeVec("runnerpool_standby_vms",
+		"A RunnerPool's standby tier by state: ready (suspended to disk), refilling (being built, booted or suspended), resuming (taken for a job, runner not online yet).",
+		"namespace", "pool", "state")
+
+	// PoolStandbySize is each RunnerPool's standby tier size after its
+	// schedules.
+	PoolStandbySize = NewGaugeVec("runnerpool_standby_size",
+		"The size of a RunnerPool's standby tier: spec.standby.size, or the largest open schedule window's standby.",
+		"namespace", "pool")
+
+	// StandbyRefillShort counts the pool passes that left the tier short
+	// of its size, by why: max_replicas (no room under
+	// spec.scaling.maxReplicas) or blocked (new VMs are paused: the
+	// template, the cluster or the scope is not ready).
+	StandbyRefillShort = NewCounterVec("runnerpool_standby_refill_short_total",
+		"RunnerPool passes that left the standby tier below its size, by reason (max_replicas, blocked).",
+		"namespace", "pool", "reason")
+
 	// RunnerOutcomes counts how runner VMs ended.
 	RunnerOutcomes = NewCounterVec("runner_outcomes_total",
 		"Runner VMs that ended, by pool and outcome: job_completed, idle_timeout, max_lifetime, job_timeout, bootstrap_timeout, drift_replaced, scaled_down, orphaned, failed, powered_off, deleted.",

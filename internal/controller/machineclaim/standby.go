@@ -33,32 +33,20 @@ import (
 // written to or read from storage).
 const standbyPoll = 2 * time.Second
 
-// holdStandby is the first of a provisioned claim's running phases: a
-// standby claim's VM is suspended and then left alone (the pass stops:
-// nothing of the running phases is for it), and a VM its pool took out of
-// the tier is resumed; any other claim goes on.
+// holdStandby runs among a provisioned claim's running phases, once its
+// template and cluster are loaded: a standby claim's VM is suspended and
+// then left alone (the pass stops: nothing of the running phases is for
+// it), and a VM its pool took out of the tier is resumed; any other claim
+// goes on.
 func (r *Reconciler) holdStandby(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	switch {
-	case claim.Ended() || claim.EndRequested():
+	case claim.Ended() || claim.EndRequested() || !claim.Spec.Standby && !claim.Suspended():
 		return phase.Next(), nil
-	case claim.Spec.Standby:
-		return r.suspendStandby(ctx, s)
-	case claim.Suspended():
-		return r.resumeStandby(ctx, s)
-	}
-	return phase.Next(), nil
-}
-
-// suspendStandby suspends a standby claim's running VM to disk and records
-// it ready (status.standby.suspendedAt), which its pool counts in its tier.
-func (r *Reconciler) suspendStandby(ctx context.Context, s *claimScope) (phase.Result, error) {
-	claim := s.claim
-	if st := claim.Status.Standby; st != nil && st.SuspendedAt != nil {
+	case claim.Spec.Standby && claim.Status.Standby != nil && claim.Status.Standby.SuspendedAt != nil:
 		// Stands by: its pool wakes it (clearing spec.standby) to take it.
 		return phase.Stop(), nil
-	}
-	if s.tmpl != nil && Attests(s.tmpl) {
+	case claim.Spec.Standby && s.tmpl != nil && Attests(s.tmpl):
 		// Its pool makes no standby VMs of such a template
 		// (runnerpool_standby.go, standbyUnsupported); one made before
 		// the template attested fails rather than wait with an identity
@@ -68,11 +56,21 @@ func (r *Reconciler) suspendStandby(ctx context.Context, s *claimScope) (phase.R
 		return phase.Stop(), nil
 	}
 	p, vm, res, err := r.readStandbyVM(ctx, s)
-	if vm == nil {
+	switch {
+	case vm == nil:
 		return res, err
+	case claim.Spec.Standby:
+		return r.suspendStandby(ctx, s, p, vm.Power)
 	}
+	return r.resumeStandby(ctx, s, p, vm.Power)
+}
+
+// suspendStandby suspends a standby claim's running VM to disk and records
+// it ready (status.standby.suspendedAt), which its pool counts in its tier.
+func (r *Reconciler) suspendStandby(ctx context.Context, s *claimScope, p provider.Provider, power provider.PowerState) (phase.Result, error) {
+	claim := s.claim
 	ref := claim.Status.VMRef
-	switch vm.Power {
+	switch power {
 	case provider.PowerSuspended:
 		now := metav1.NewTime(s.clock.Now())
 		claim.Status.Standby = &hfv1.StandbyStatus{SuspendedAt: &now}
@@ -102,14 +100,10 @@ func (r *Reconciler) suspendStandby(ctx context.Context, s *claimScope) (phase.R
 // limits count from there) and hands the claim back to the build step,
 // which reads the resumed guest's addresses before the claim reports them
 // and places its secrets.
-func (r *Reconciler) resumeStandby(ctx context.Context, s *claimScope) (phase.Result, error) {
+func (r *Reconciler) resumeStandby(ctx context.Context, s *claimScope, p provider.Provider, power provider.PowerState) (phase.Result, error) {
 	claim := s.claim
-	p, vm, res, err := r.readStandbyVM(ctx, s)
-	if vm == nil {
-		return res, err
-	}
 	ref := claim.Status.VMRef
-	switch vm.Power {
+	switch power {
 	case provider.PowerStopped:
 		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s of the standby tier was found powered off, its saved state gone, when its pool took it for a job", ref.ID()))
 		return phase.Stop(), nil
