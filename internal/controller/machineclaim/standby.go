@@ -56,38 +56,28 @@ func (r *Reconciler) holdStandby(ctx context.Context, s *claimScope) (phase.Resu
 		return phase.Stop(), nil
 	}
 	p, vm, res, err := r.readStandbyVM(ctx, s)
-	switch {
-	case vm == nil:
+	if vm == nil {
 		return res, err
-	case claim.Spec.Standby:
-		return r.suspendStandby(ctx, s, p, vm.Power)
 	}
-	return r.resumeStandby(ctx, s, p, vm.Power)
-}
-
-// suspendStandby suspends a standby claim's running VM to disk and records
-// it ready (status.standby.suspendedAt), which its pool counts in its tier.
-func (r *Reconciler) suspendStandby(ctx context.Context, s *claimScope, p provider.Provider, power provider.PowerState) (phase.Result, error) {
-	claim := s.claim
 	ref := claim.Status.VMRef
-	switch power {
-	case provider.PowerSuspended:
-		now := metav1.NewTime(s.clock.Now())
-		claim.Status.Standby = &hfv1.StandbyStatus{SuspendedAt: &now}
-		msg := fmt.Sprintf("VM %s is suspended to disk, with no credential, in the standby tier of RunnerPool %s until the pool takes it for a job",
-			ref.ID(), claim.Spec.RunnerPoolRef.Name)
-		s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.StandingByReason, msg)
-		r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.StandingByReason), msg)
-		metrics.StandbyTransitions.WithLabelValues("suspended").Inc()
-		logRoutine(ctx, hfv1.StandingByReason, "VM %s is suspended to disk", ref.ID())
-		return phase.Stop(), nil
+	action, from := provider.PowerResume, provider.PowerSuspended
+	if claim.Spec.Standby {
+		action, from = provider.PowerSuspend, provider.PowerRunning
+	}
+	switch vm.Power {
 	case provider.PowerStopped:
-		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s powered off before it was suspended for the standby tier", ref.ID()))
+		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s of the standby tier powered off (with its saved state gone, if it had one) before its %s", ref.ID(), action))
 		return phase.Stop(), nil
-	case provider.PowerRunning:
-		if _, err := p.SetPower(ctx, vmspec.Owner(claim), vmRefOf(ref), provider.PowerSuspend); err != nil {
-			return r.standbyPowerError(ctx, s, provider.PowerSuspend, err)
+	case from:
+		if _, err := p.SetPower(ctx, vmspec.Owner(claim), vmRefOf(ref), action); err != nil {
+			return r.standbyPowerError(ctx, s, action, err)
 		}
+	}
+	switch {
+	case !claim.Spec.Standby:
+		return r.resumed(ctx, s), nil
+	case vm.Power == provider.PowerSuspended:
+		return r.standingBy(ctx, s), nil
 	}
 	// Being suspended (paused while its memory is written), or just asked.
 	s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.SuspendingReason,
@@ -95,23 +85,28 @@ func (r *Reconciler) suspendStandby(ctx context.Context, s *claimScope, p provid
 	return phase.StopAndRequeue(standbyPoll), nil
 }
 
-// resumeStandby resumes the suspended VM of a claim its pool took out of
-// the standby tier, records when (status.standby.resumedAt: its lifecycle
-// limits count from there) and hands the claim back to the build step,
-// which reads the resumed guest's addresses before the claim reports them
-// and places its secrets.
-func (r *Reconciler) resumeStandby(ctx context.Context, s *claimScope, p provider.Provider, power provider.PowerState) (phase.Result, error) {
-	claim := s.claim
-	ref := claim.Status.VMRef
-	switch power {
-	case provider.PowerStopped:
-		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s of the standby tier was found powered off, its saved state gone, when its pool took it for a job", ref.ID()))
-		return phase.Stop(), nil
-	case provider.PowerSuspended:
-		if _, err := p.SetPower(ctx, vmspec.Owner(claim), vmRefOf(ref), provider.PowerResume); err != nil {
-			return r.standbyPowerError(ctx, s, provider.PowerResume, err)
-		}
-	}
+// standingBy records a standby claim's VM suspended, ready to be resumed
+// (status.standby.suspendedAt), which its pool counts in its tier.
+func (r *Reconciler) standingBy(ctx context.Context, s *claimScope) phase.Result {
+	claim, ref := s.claim, s.claim.Status.VMRef
+	now := metav1.NewTime(s.clock.Now())
+	claim.Status.Standby = &hfv1.StandbyStatus{SuspendedAt: &now}
+	msg := fmt.Sprintf("VM %s is suspended to disk, with no credential, in the standby tier of RunnerPool %s until the pool takes it for a job",
+		ref.ID(), claim.Spec.RunnerPoolRef.Name)
+	s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.StandingByReason, msg)
+	r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.StandingByReason), msg)
+	metrics.StandbyTransitions.WithLabelValues("suspended").Inc()
+	logRoutine(ctx, hfv1.StandingByReason, "VM %s is suspended to disk", ref.ID())
+	return phase.Stop()
+}
+
+// resumed records the resume of a claim's VM its pool took out of the
+// standby tier (status.standby.resumedAt: its lifecycle limits count from
+// there) and hands the claim back to the build step, which reads the
+// resumed guest's addresses before the claim reports them and then places
+// its secrets.
+func (r *Reconciler) resumed(ctx context.Context, s *claimScope) phase.Result {
+	claim, ref := s.claim, s.claim.Status.VMRef
 	now := metav1.NewTime(s.clock.Now())
 	claim.Status.Standby.ResumedAt = &now
 	msg := fmt.Sprintf("VM %s is resumed from the standby tier for a job; waiting for its guest, then its addresses and credential", ref.ID())
@@ -123,7 +118,7 @@ func (r *Reconciler) resumeStandby(ctx context.Context, s *claimScope, p provide
 		metrics.StandbyWaitSeconds.Observe(now.Sub(at.Time).Seconds())
 	}
 	logRoutine(ctx, hfv1.ResumingReason, "VM %s is resumed for a job", ref.ID())
-	return phase.StopAndRequeue(standbyPoll), nil
+	return phase.StopAndRequeue(standbyPoll)
 }
 
 // readStandbyVM reads the claim's VM through its hypervisor. vm is nil
