@@ -156,9 +156,7 @@ const (
 // ServeHTTP implements http.Handler.
 func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.setup.Do(func() {
-		if b.Limiter == nil {
-			b.Limiter = rate.NewLimiter(10, 20)
-		}
+		b.Limiter = httpsserver.LimiterOr(b.Limiter)
 		b.refusals.Message = "Credential broker refused requests (see hyperfleet_broker_requests_total)"
 	})
 	ctx := r.Context()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 )
@@ -254,4 +255,15 @@ func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// LimiterOr is l, or when l is nil the default bound on the requests all
+// VMs together make to an endpoint whose every request costs the operator
+// work (the credential broker's CI platform calls, TPM enrollment's RSA
+// and Secret reads): 10 a second, in bursts of 20.
+func LimiterOr(l *rate.Limiter) *rate.Limiter {
+	if l == nil {
+		return rate.NewLimiter(10, 20)
+	}
+	return l
 }

@@ -1,6 +1,8 @@
 package httpsserver
 
 import (
+	"golang.org/x/time/rate"
+
 	"context"
 	"crypto/tls"
 	"errors"
@@ -383,5 +385,18 @@ func TestStallWriter(t *testing.T) {
 	}
 	if n != size {
 		t.Fatalf("a reading client got %d of %d bytes", n, size)
+	}
+}
+
+// TestLimiterOr: a limiter given is kept; none gives 10 a second in bursts
+// of 20.
+func TestLimiterOr(t *testing.T) {
+	own := rate.NewLimiter(rate.Inf, 1)
+	if LimiterOr(own) != own {
+		t.Error("a limiter given was replaced")
+	}
+	l := LimiterOr(nil)
+	if l.Limit() != 10 || l.Burst() != 20 {
+		t.Errorf("the default limiter: %v a second, bursts of %d; want 10 and 20", l.Limit(), l.Burst())
 	}
 }

@@ -137,9 +137,7 @@ func notConfigured(format string, args ...any) *vmanswer.Refusal {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.setup.Do(func() {
-		if h.Limiter == nil {
-			h.Limiter = rate.NewLimiter(10, 20)
-		}
+		h.Limiter = httpsserver.LimiterOr(h.Limiter)
 		h.refusals.Message = "TPM enrollment refused requests (see hyperfleet_tpm_enrollment_requests_total)"
 	})
 	ctx := r.Context()
