@@ -1,8 +1,6 @@
 package httpsserver
 
 import (
-	"golang.org/x/time/rate"
-
 	"context"
 	"crypto/tls"
 	"errors"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/time/rate"
 
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 )
