@@ -642,12 +642,6 @@ type StandbyStatus struct {
 	ResumedAt *metav1.Time `json:"resumedAt,omitempty"`
 }
 
-// Standing reports whether the claim's VM is in its pool's standby tier:
-// spec.standby is set and the claim has not ended.
-func (c *MachineClaim) Standing() bool {
-	return c.Spec.Standby && c.Status.End == nil && !c.EndRequested()
-}
-
 // Suspended reports whether the claim's VM was suspended and not resumed
 // since.
 func (c *MachineClaim) Suspended() bool {
