@@ -28,7 +28,8 @@ import (
 // VM is resumed and receives exactly one credential, placed after the
 // resume with the operator's time and fresh entropy for the guest; a
 // restart after that issues none again. The draws: how many claims, when
-// the operator restarts, the template's edit, how long the
+// the operator restarts, transient hypervisor failures, the template's
+// edit, how long the
 // VMs stand by and which of them are taken.
 //
 // Mutation: holdStandby letting a standing claim's pass go on to
@@ -48,6 +49,11 @@ func TestStandbyVMServesOneJobProperty(t *testing.T) {
 		w := newLifeWorld(t, rt, lifeOptions{pollInterval: 10 * time.Minute})
 		tmpl := w.template("debian")
 		w.createTemplate(tmpl)
+		if rapid.Bool().Draw(rt, "the hypervisor fails power changes and reads at times") {
+			// Transient failures of the suspend, the resume and the
+			// reads: asked again, never a second credential.
+			w.setFaults(map[string]float64{"power": 0.3, "status": 0.2}, rapid.Uint64().Draw(rt, "fault seed"))
+		}
 		var claims []*hfv1.MachineClaim
 		for i := range n {
 			c := w.newClaim(fmt.Sprintf("standby-%d", i), tmpl.Name)
