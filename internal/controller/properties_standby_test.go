@@ -29,8 +29,7 @@ import (
 // resume with the operator's time and fresh entropy for the guest; a
 // restart after that issues none again. The draws: how many claims, when
 // the operator restarts, transient hypervisor failures, the template's
-// edit, how long the
-// VMs stand by and which of them are taken.
+// edit, how long the VMs stand by and which of them are taken.
 //
 // Mutation: holdStandby letting a standing claim's pass go on to
 // ensureSecrets (return phase.Next() for a suspended standby claim) fails
