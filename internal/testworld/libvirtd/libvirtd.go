@@ -505,6 +505,11 @@ func (d *Daemon) Running() bool {
 func (d *Daemon) cleanup(t testing.TB) {
 	if d.holder != nil && d.holder.Process != nil {
 		if t.Failed() {
+			if !d.Running() {
+				// A crash leaves no line in libvirtd's own log; the
+				// kernel's (dmesg) has the segfault.
+				t.Logf("libvirtd is not running: it exited or crashed during the test (a crash is in the kernel log, dmesg)")
+			}
 			t.Logf("libvirtd logs:\n%s", d.Logs())
 		}
 		// libvirt probes QEMU when a domain first needs it: keep what

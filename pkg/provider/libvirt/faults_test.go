@@ -147,6 +147,18 @@ func TestUnreachableHost(t *testing.T) {
 	if n := ownedVMs(t, p, faultOwner); n != 1 {
 		t.Errorf("ListVMs/GetVM with a host down: the owner has %d VMs, want 1", n)
 	}
+
+	// With no host answering, placement knows nothing of capacity: the
+	// claim waits for a host (transient, unreachable), it is not told the
+	// cluster is full.
+	s.Hosts = s.Hosts[:1]
+	alone := w.provider(t, cfg)
+	other := w.faultSpec()
+	other.Owner.UID, other.Name = "7d0f5b0e-0000-4000-8000-000000000002", "hf-fault-2"
+	_, err = alone.EnsureVM(t.Context(), other, provider.Progress{})
+	if provider.Classify(err) != provider.ClassTransient || !errors.Is(err, provider.ErrUnreachable) || errors.Is(err, provider.ErrNoCapacity) {
+		t.Errorf("EnsureVM with no host answering: %v (class %s), want a transient %v", err, provider.Classify(err), provider.ErrUnreachable)
+	}
 }
 
 // TestStoragePoolFull: a clone into a pool with no room is refused with a
@@ -260,6 +272,41 @@ func TestHungLibvirtdCallsTimeOut(t *testing.T) {
 	}
 	if !obs.sawCode(500) {
 		t.Errorf("the observer saw no error reply; it saw %v", obs.calls())
+	}
+}
+
+// TestCloseDoesNotCrashLibvirtd: a provider that closes its connection
+// (a HypervisorCluster edited or deleted, the operator stopping) must not
+// take the host's libvirtd down. libvirtd 9.0 crashes when a client's
+// event callback deregistration is still being handled as its close is
+// (host.go, hangUp), which the provider caused by stopping its event
+// subscriptions before it closed: under load, a few thousand closes
+// crashed the daemon within seconds. Closed in the right order, no
+// deregistration reaches the daemon at all, which the calls the provider
+// reports show deterministically; the daemon is alive after the closes.
+func TestCloseDoesNotCrashLibvirtd(t *testing.T) {
+	w := newWorld(t)
+	obs := &recordingObserver{}
+	for i := range 40 {
+		p, err := New(w.cfg, provider.Deps{Signer: w.signer, Observer: obs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Probe(t.Context()); err != nil {
+			t.Fatalf("Probe %d: %v", i, err)
+		}
+		p.Close()
+	}
+	for _, c := range obs.calls() {
+		if strings.Contains(c, "ConnectDomainEventCallbackDeregisterAny") {
+			t.Fatalf("closing the provider sent %q: the deregistration races libvirtd's own cleanup of the closed client", c)
+		}
+	}
+	if !obs.saw("remote ConnectClose 200") {
+		t.Errorf("the provider never closed its connection: it reported %v", obs.calls())
+	}
+	if !w.d.Running() {
+		t.Fatal("libvirtd is not running after the provider's closes")
 	}
 }
 

@@ -47,14 +47,12 @@ func (h *host) client() (*golibvirt.Libvirt, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	events, err := l.LifecycleEvents(ctx)
 	if err != nil {
-		cancel()
-		_ = l.Disconnect()
+		hangUp(l, cancel)
 		return nil, classify(fmt.Errorf("follow the domain events of host %s: %w", h.Name, err))
 	}
 	agents, err := l.SubscribeEvents(ctx, golibvirt.DomainEventIDAgentLifecycle, golibvirt.OptDomain{})
 	if err != nil {
-		cancel()
-		_ = l.Disconnect()
+		hangUp(l, cancel)
 		return nil, classify(fmt.Errorf("follow the guest agent events of host %s: %w", h.Name, err))
 	}
 	h.conn, h.cancel = l, cancel
@@ -90,13 +88,28 @@ func (h *host) followAgents(events <-chan any) {
 func (h *host) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.cancel != nil {
-		h.cancel()
-		h.cancel = nil
-	}
 	if h.conn != nil {
-		_ = h.conn.Disconnect()
-		h.conn = nil
+		hangUp(h.conn, h.cancel)
+	} else if h.cancel != nil {
+		h.cancel()
+	}
+	h.conn, h.cancel = nil, nil
+}
+
+// hangUp closes l and only then stops its event subscriptions (cancel).
+// The order matters to the host: cancelling first makes go-libvirt send a
+// deregistration of each event callback, and libvirtd 9.0 frees a
+// client's callbacks on close without the lock its deregistration takes,
+// so a deregistration that is still in a worker thread when the close is
+// handled crashes the daemon (a NULL read in
+// remoteClientFreePrivateCallbacks, reproduced under load in
+// TestCloseDoesNotCrashLibvirtd). Closed first, the connection takes its
+// callbacks with it and the cancelled subscriptions find nothing to send
+// on.
+func hangUp(l *golibvirt.Libvirt, cancel context.CancelFunc) {
+	_ = l.Disconnect()
+	if cancel != nil {
+		cancel()
 	}
 }
 

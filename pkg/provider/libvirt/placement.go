@@ -176,6 +176,12 @@ func (p *Provider) reserve(s *clusterScan, o provider.Owner, memory int64) (*res
 				limit, len(machines))
 		}
 	}
+	if len(s.hosts) == 0 && len(s.unreachable) > 0 {
+		// Not a lack of capacity: nothing is known of any host, and the
+		// claim waits for one to answer, not for room.
+		return nil, provider.Errorf(provider.ClassTransient, "Unreachable",
+			"no allowed libvirt host of cluster %q answers%s: %w", p.cfg.Name, unreachableNote(s.unreachable), provider.ErrUnreachable)
+	}
 	name, ok := chooseHost(s.hosts, reservedMem, memory)
 	if !ok {
 		return nil, provider.Errorf(provider.ClassResource, "InsufficientCapacity",
