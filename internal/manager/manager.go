@@ -359,7 +359,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Reader: mgr.GetClient(), Signer: opts.Signer, Transitions: transitions, ClaimEvents: claimEvents,
 		Clock: opts.Clock, Elected: mgr.Elected(), Log: mgr.GetLogger().WithName("poweroff-notices"),
 		Jobs: poweroff.NewJobReports(), TokenRefusals: poweroff.NewTokenRefusals(), AttestationErrors: poweroff.NewAttestationErrors(),
-		GuestRefusals: poweroff.NewGuestRefusals(),
+		GuestRefusals: poweroff.NewGuestRefusals(), ReadyHints: poweroff.NewReadyHints(),
 	}
 	// VMs that attest with SPIRE get join tokens derived from the
 	// ownership key (internal/identity) and fetch their credential from

@@ -15,6 +15,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -57,7 +58,9 @@ type Notices struct {
 	TokenRefusals     *TokenRefusals
 	AttestationErrors *AttestationErrors
 	GuestRefusals     *GuestRefusals
-	Clock             clock.PassiveClock
+	// ReadyHints, when set, keeps the ready hints the claims' agents send.
+	ReadyHints *ReadyHints
+	Clock      clock.PassiveClock
 	// Log logs accepted notices at debug level (requests carry no logger).
 	Log logr.Logger
 	// Elected is closed once this replica leads (mgr.Elected()): only the
@@ -113,6 +116,9 @@ func (n *Notices) ReadyHint(ctx context.Context, c agentconfig.ClaimRef) error {
 	}
 	n.Log.V(1).Info("Ready hint", "MachineClaim", klog.KObj(claim), "vm", claim.Status.VMRef.ID())
 	metrics.ReadyHints.WithLabelValues("accepted").Inc()
+	if n.ReadyHints != nil {
+		n.ReadyHints.Add(claim.UID, n.now())
+	}
 	n.wake(c)
 	return nil
 }
@@ -193,6 +199,19 @@ func (n *Notices) now() time.Time {
 		return time.Now()
 	}
 	return n.Clock.Now()
+}
+
+// SendsReadyHints reports whether the claims' VMs are given a ready hint
+// URL and the hints they send are kept (ReadyHints): only then is waiting
+// for one worth it.
+func (n *Notices) SendsReadyHints() bool {
+	return n != nil && n.URL != "" && n.ReadyURL != "" && n.Signer != nil && n.ReadyHints != nil
+}
+
+// ReadyHeard reports whether the agent of claim uid said it is ready
+// (a ready hint kept in ReadyHints), as of now.
+func (n *Notices) ReadyHeard(uid types.UID) bool {
+	return n != nil && n.ReadyHints.Heard(uid, n.now())
 }
 
 // NotifyFor is what a claim's VM is given to send its notice; nil when the

@@ -101,7 +101,8 @@ func TestJobReportsExpireAndAreBounded(t *testing.T) {
 }
 
 // TestReadyHintWakesTheClaim: a ready hint with the claim's own token
-// wakes that claim (and nothing else happens); another claim's token is
+// wakes that claim and is kept (ReadyHints: a standby claim's VM is
+// suspended once its agent said so); another claim's token is
 // refused before anything is read, and a hint for a claim without a VM,
 // an ended one or a gone one wakes nothing. Only the leader takes it.
 func TestReadyHintWakesTheClaim(t *testing.T) {
@@ -118,7 +119,8 @@ func TestReadyHintWakesTheClaim(t *testing.T) {
 	}
 	events := make(chan event.GenericEvent, 4)
 	elected := make(chan struct{})
-	n := &Notices{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(booting, unplaced).Build(), Signer: signer, ClaimEvents: events, Elected: elected}
+	n := &Notices{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(booting, unplaced).Build(), Signer: signer, ClaimEvents: events, Elected: elected,
+		ReadyHints: NewReadyHints()}
 	ref := func(c *hfv1.MachineClaim) agentconfig.ClaimRef {
 		return agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}
 	}
@@ -143,5 +145,10 @@ func TestReadyHintWakesTheClaim(t *testing.T) {
 	}
 	if e := <-events; e.Object.GetNamespace() != "ci" || e.Object.GetName() != "runner-1" {
 		t.Fatalf("woke %s/%s", e.Object.GetNamespace(), e.Object.GetName())
+	}
+	for uid, want := range map[types.UID]bool{"uid-1": true, "uid-2": false, "uid-9": false, "uid-3": false} {
+		if got := n.ReadyHeard(uid); got != want {
+			t.Errorf("ReadyHeard(%s) = %v, want %v (only the accepted hint is kept)", uid, got, want)
+		}
 	}
 }

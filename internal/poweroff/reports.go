@@ -65,6 +65,28 @@ func (r *JobReports) JobStarted(uid types.UID, now time.Time) bool {
 	return ok
 }
 
+// ReadyHints remembers the claims whose VM's agent said, in its ready
+// hint, that it runs and waits for its secrets. A standby claim's VM is
+// suspended once its agent has said so, so that a resume finds the agent
+// already waiting and the credential can go in at once
+// (internal/controller/machineclaim, standby.go). The hint decides only
+// when the suspend happens, never anything secret: kept like JobReports,
+// in memory, for reportTTL, bounded. Safe for concurrent use; nil knows
+// nothing.
+type ReadyHints struct{ r *JobReports }
+
+// NewReadyHints returns an empty set.
+func NewReadyHints() *ReadyHints { return &ReadyHints{r: NewJobReports()} }
+
+// Add records that claim uid's agent said it is ready, at now.
+func (h *ReadyHints) Add(uid types.UID, now time.Time) { h.r.Add(uid, now) }
+
+// Heard reports whether claim uid's agent said it is ready within
+// reportTTL of now.
+func (h *ReadyHints) Heard(uid types.UID, now time.Time) bool {
+	return h != nil && h.r.JobStarted(uid, now)
+}
+
 // TokenRefusals remembers the claims whose VM said, in its power-off
 // notice, that the SPIRE server refused its join token
 // (agentconfig.AttestationJoinTokenRefused). The VM's word alone decides

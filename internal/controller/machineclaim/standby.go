@@ -69,6 +69,13 @@ func (r *Reconciler) holdStandby(ctx context.Context, s *claimScope) (phase.Resu
 		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s of the standby tier powered off (with its saved state gone, if it had one) before its %s", ref.ID(), action))
 		return phase.Stop(), nil
 	case from:
+		if action == provider.PowerSuspend {
+			if wait, ready := r.agentWaiting(ctx, s); !ready {
+				s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.SuspendingReason,
+					fmt.Sprintf("VM %s is up; it is suspended to disk for the standby tier once its agent says it waits for its credential (at most %s after the VM came up)", ref.ID(), standbyHintWait))
+				return phase.StopAndRequeue(wait), nil
+			}
+		}
 		if _, err := p.SetPower(ctx, vmspec.Owner(claim), vmRefOf(ref), action); err != nil {
 			return r.standbyPowerError(ctx, s, action, err)
 		}
@@ -83,6 +90,38 @@ func (r *Reconciler) holdStandby(ctx context.Context, s *claimScope) (phase.Resu
 	s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.SuspendingReason,
 		fmt.Sprintf("VM %s is up and being suspended to disk for the standby tier; it receives no credential until its RunnerPool takes it for a job", ref.ID()))
 	return phase.StopAndRequeue(standbyPoll), nil
+}
+
+// standbyHintWait bounds how long a standby claim's running VM waits for
+// its agent's ready hint before it is suspended all the same: hints are
+// kept in memory, so one sent while the operator restarted is lost, and a
+// VM whose agent never says so must not hold its memory for ever. A VM
+// suspended before its agent waits still works: the agent goes on from
+// where it was after the resume, only later.
+const standbyHintWait = 2 * time.Minute
+
+// agentWaiting tells whether a standby claim's running VM may be
+// suspended: its agent said it runs and waits for its credential (its
+// ready hint), so that a resume finds it waiting and the credential goes
+// in at once; or no hint can come (the operator gives VMs no ready URL);
+// or standbyHintWait passed since the VM came up. Otherwise wait is when
+// to look again; the hint wakes the claim sooner.
+func (r *Reconciler) agentWaiting(ctx context.Context, s *claimScope) (wait time.Duration, ready bool) {
+	n := r.PowerOff.Notices
+	if !n.SendsReadyHints() || n.ReadyHeard(s.claim.UID) {
+		return 0, true
+	}
+	up := hfv1.FindCondition(s.claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+	if up == nil || up.Status != metav1.ConditionTrue {
+		return 0, true
+	}
+	waited := s.clock.Since(up.LastTransitionTime.Time)
+	if waited >= standbyHintWait {
+		ctrl.LoggerFrom(ctx).Info("No ready hint from the standby VM's agent; suspending it all the same",
+			"vm", s.claim.Status.VMRef.ID(), "waited", waited.Round(time.Second).String())
+		return 0, true
+	}
+	return standbyHintWait - waited, false
 }
 
 // standingBy records a standby claim's VM suspended, ready to be resumed
