@@ -147,8 +147,9 @@ func For(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster
 			Model:      tmpl.Spec.Network.Model,
 			MACAddress: MAC(string(claim.UID)),
 		},
-		CloudInit: ci,
-		TPM:       TPM(tmpl),
+		CloudInit:      ci,
+		TPM:            TPM(tmpl),
+		SuspendsToDisk: claim.Spec.Standby,
 	}
 	if spec.Network.Bridge == "" {
 		spec.Network.Bridge = cluster.Spec.DefaultBridge

@@ -471,6 +471,11 @@ type VMSpec struct {
 	// TPM, when set, says the VM needs a TPM 2.0 (its workload identity is
 	// attested with it); nil: the VM gets whatever TPM its template has.
 	TPM *VMTPM
+	// SuspendsToDisk says the VM will be suspended to disk (a standby VM,
+	// SetPower PowerSuspend): placement counts its saved memory against
+	// the storage the hypervisor writes it to, as it counts the VM's
+	// disks, so that a VM is not built where its suspend cannot succeed.
+	SuspendsToDisk bool
 }
 
 // VMTPM is the TPM a VM needs.

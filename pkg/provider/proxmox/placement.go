@@ -1,6 +1,7 @@
 package proxmox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -431,7 +432,7 @@ func (p *Provider) chooseNodeLocked(view *clusterView, tmpl *templateInfo, spec 
 			why = append(why, fmt.Sprintf("%s: %d MiB free", name, free>>20))
 			continue
 		}
-		if short := p.storageShortLocked(view, name, tmpl, spec); short != "" {
+		if short := p.storageShortLocked(view, name, tmpl, spec, mem); short != "" {
 			why = append(why, name+": "+short)
 			continue
 		}
@@ -475,20 +476,86 @@ func (p *Provider) vmDiskStorages(tmpl *templateInfo, spec *provider.VMSpec) []s
 // disk, "" if they can: each storage its disks go to needs the disk's
 // size free, after the full clones already placed there. Linked clones
 // are thin and grow as the guest writes, so this bounds each VM by its
-// own disk, not the sum of every VM's.
-func (p *Provider) storageShortLocked(view *clusterView, node string, tmpl *templateInfo, spec *provider.VMSpec) string {
-	need := diskNeed(spec, tmpl)
-	for _, sid := range p.vmDiskStorages(tmpl, spec) {
+// own disk, not the sum of every VM's. A VM that will be suspended to
+// disk (spec.SuspendsToDisk) also needs its saved memory (of a VM of mem
+// bytes) free where Proxmox will write it; that too is each VM's own
+// need: standby VMs built at once may together outgrow the storage, and
+// the suspends that find no room fail and are placed again, now against
+// the states already written.
+func (p *Provider) storageShortLocked(view *clusterView, node string, tmpl *templateInfo, spec *provider.VMSpec, mem int64) string {
+	sids := p.vmDiskStorages(tmpl, spec)
+	need := map[string]int64{}
+	for _, sid := range sids {
+		need[sid] = diskNeed(spec, tmpl)
+	}
+	state := ""
+	if spec.SuspendsToDisk {
+		state = vmstateStorage(view.storages[node], sids)
+		need[state] += vmstateBytes(mem)
+	}
+	for _, sid := range append(sids, state) {
 		st, ok := view.storages[node][sid]
-		if !ok {
+		if sid == "" || !ok {
 			continue // not on this node: the clone request reports it
 		}
 		free := st.MaxDisk - st.Disk - p.reservedDisk[storageKey(view, node, sid)]
-		if free < need {
-			return fmt.Sprintf("storage %s has %d GiB free for a %d GiB disk", sid, max(free, 0)>>30, need>>30)
+		if free >= need[sid] {
+			continue
 		}
+		what := fmt.Sprintf("a %d GiB disk", diskNeed(spec, tmpl)>>30)
+		switch {
+		case sid == state && !slices.Contains(sids, sid):
+			what = fmt.Sprintf("the VM's saved memory (%d GiB, it is a standby VM)", vmstateBytes(mem)>>30)
+		case sid == state:
+			what += fmt.Sprintf(" and the VM's saved memory (%d GiB, it is a standby VM)", vmstateBytes(mem)>>30)
+		}
+		return fmt.Sprintf("storage %s has %d GiB free for %s", sid, max(free, 0)>>30, what)
 	}
 	return ""
+}
+
+// vmstateDriverBytes is what qemu-server reserves for a suspended VM's
+// device state beyond twice its memory (QemuConfig.pm
+// __snapshot_save_vmstate: "assume 500MB is enough to safe all driver
+// state").
+const vmstateDriverBytes = 500 << 20
+
+// vmstateBytes is the size of the state volume a suspend to disk
+// allocates for a VM of mem bytes (__snapshot_save_vmstate: twice the
+// memory plus the driver state).
+func vmstateBytes(mem int64) int64 { return 2*mem + vmstateDriverBytes }
+
+// vmstateStorage is where Proxmox puts a VM's saved memory when the VM
+// sets no vmstatestorage (QemuConfig.pm find_vmstate_storage): a shared
+// storage among those of its disks, else a local one, each preferring a
+// file-based storage, by id.
+func vmstateStorage(stores map[string]resource, disks []string) string {
+	sorted := slices.Sorted(slices.Values(disks))
+	var shared, local string
+	for _, sid := range sorted {
+		st, ok := stores[sid]
+		if !ok {
+			continue
+		}
+		dst := &local
+		if st.Shared == 1 {
+			dst = &shared
+		}
+		if *dst == "" || fileBased(st.PluginType) {
+			*dst = sid
+		}
+	}
+	return cmp.Or(shared, local)
+}
+
+// fileBased reports whether a storage of plugin type typ keeps volumes as
+// files (where qemu-server prefers to write a VM's state).
+func fileBased(typ string) bool {
+	switch typ {
+	case "dir", "nfs", "cifs", "cephfs", "btrfs", "glusterfs":
+		return true
+	}
+	return false
 }
 
 // availableStorageLocked is the free space of the storages that hold VM

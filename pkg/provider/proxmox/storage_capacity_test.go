@@ -69,3 +69,30 @@ func TestStorageCapacity(t *testing.T) {
 		t.Fatalf("AvailableStorageBytes = %d with a 40 GiB full clone in flight, want %d", got, free-40<<30)
 	}
 }
+
+// TestStandbyVMNeedsRoomForItsSavedMemory: a VM that will be suspended to
+// disk (a standby VM) is placed only where Proxmox can write its saved
+// memory (twice its memory plus 500 MiB, on the storage
+// find_vmstate_storage picks: here local-lvm, its disks' only storage),
+// and the refusal says so; the same VM not suspended fits.
+func TestStandbyVMNeedsRoomForItsSavedMemory(t *testing.T) {
+	e := newEnv(t, func(c *proxmoxsim.Config, cfg *provider.ClusterConfig) {
+		for i := range c.Storages {
+			if c.Storages[i].ID == "local-lvm" {
+				c.Storages[i].Capacity = 100 << 30 // a little under 68 GiB free
+			}
+		}
+	})
+	standby := testSpec("runner-standby", "uid-standby")
+	standby.SuspendsToDisk = true
+	standby.MemoryBytes, standby.MemoryHint = 24<<30, 24<<30
+	standby.DiskBytes = 20 << 30 // the template's 32 GiB + 2x24 + 0.5 GiB > 67 GiB
+	_, err := e.p.EnsureVM(t.Context(), standby, provider.Progress{})
+	want := "storage local-lvm has 67 GiB free for a 32 GiB disk and the VM's saved memory (48 GiB, it is a standby VM)"
+	if provider.Classify(err) != provider.ClassResource || !strings.Contains(err.Error(), want) {
+		t.Fatalf("standby VM without room for its saved memory: %v (class %s), want a Resource error containing %q", err, provider.Classify(err), want)
+	}
+	cold := testSpec("runner-cold", "uid-cold")
+	cold.MemoryBytes, cold.MemoryHint, cold.DiskBytes = standby.MemoryBytes, standby.MemoryHint, standby.DiskBytes
+	e.ensure(e.p, cold, provider.Progress{}, provider.PhaseCloning, 5)
+}
