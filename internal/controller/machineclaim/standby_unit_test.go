@@ -2,6 +2,7 @@ package machineclaim
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
@@ -112,4 +114,73 @@ func standbyClaim(t *testing.T, r *Reconciler, hv *fakeprovider.Cluster, clk *cl
 	claim.Status.Conditions = []metav1.Condition{{Type: string(hfv1.MachineClaimProvisionedCondition), Status: metav1.ConditionTrue,
 		Reason: "Running", LastTransitionTime: metav1.NewTime(clk.Now())}}
 	return claim
+}
+
+// refusingPower is a hypervisor that refuses one power action for good,
+// as Proxmox VE refuses to suspend a VM with a passed-through PCI device.
+type refusingPower struct {
+	provider.Provider
+	action provider.PowerAction
+}
+
+func (p refusingPower) SetPower(ctx context.Context, o provider.Owner, ref provider.VMRef, action provider.PowerAction) (*provider.Task, error) {
+	if action == p.action {
+		return nil, provider.Errorf(provider.ClassPermanent, "SuspendUnsupported", "VM %s has a passed-through PCI device and cannot be suspended", ref.ID)
+	}
+	return p.Provider.SetPower(ctx, o, ref, action)
+}
+
+// TestStandbyVMThatCannotBeSuspendedFails: a standby claim whose VM the
+// hypervisor refuses to suspend for good does not ask again and again: the
+// claim fails with StandbyFailed, naming the VM and the hypervisor's
+// reason, its VM is left running for the end to destroy, and its pool
+// replaces it. A transient refusal is asked again soon, the claim going on.
+func TestStandbyVMThatCannotBeSuspendedFails(t *testing.T) {
+	for _, permanent := range []bool{true, false} {
+		t.Run(fmt.Sprintf("permanent %v", permanent), func(t *testing.T) {
+			r, hv, clk, _ := serviceWorld(t)
+			claim := standbyClaim(t, r, hv, clk, 1043)
+			p, _, _ := r.Registry.Provider(unitCluster)
+			var wrapped provider.Provider = refusingPower{Provider: p, action: provider.PowerSuspend}
+			if !permanent {
+				wrapped = transientPower{Provider: p}
+			}
+			cfg := provider.ClusterConfig{Name: unitCluster, VMIDStart: 1000, VMIDEnd: 1999, Nodes: []string{"node-1"}}
+			r.Registry.Remove(unitCluster)
+			if _, err := r.Registry.Connect(unitCluster, cfg, func() (provider.Provider, error) { return wrapped, nil }); err != nil {
+				t.Fatal(err)
+			}
+			r.Registry.SetHealth(unitCluster, hypervisors.Health{Ready: true}, clk.Now())
+			var res phase.Result
+			var err error
+			inScope(r, claim, func(s *claimScope) { res, err = r.holdStandby(context.Background(), s) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			cond := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+			if !permanent {
+				if claim.Status.End != nil || !res.Stopped() || res.After() != standbyPoll {
+					t.Fatalf("a transient refusal: end %+v, result %+v; want the suspend asked again after %s", claim.Status.End, res, standbyPoll)
+				}
+				return
+			}
+			if claim.Status.End == nil || claim.Status.End.Reason != hfv1.EndFailed {
+				t.Fatalf("claim end %+v, want %s", claim.Status.End, hfv1.EndFailed)
+			}
+			if cond == nil || cond.Reason != string(hfv1.StandbyFailedReason) ||
+				!strings.Contains(cond.Message, "could not be suspended to disk (SuspendUnsupported)") || !strings.Contains(cond.Message, "PCI") {
+				t.Fatalf("Provisioned %+v, want reason %s naming the hypervisor's reason", cond, hfv1.StandbyFailedReason)
+			}
+			if vm, _ := hv.VM(1043); vm.Power != provider.PowerRunning {
+				t.Errorf("VM power %s, want it left running for the claim's end", vm.Power)
+			}
+		})
+	}
+}
+
+// transientPower refuses every power action for now.
+type transientPower struct{ provider.Provider }
+
+func (transientPower) SetPower(_ context.Context, _ provider.Owner, ref provider.VMRef, _ provider.PowerAction) (*provider.Task, error) {
+	return nil, provider.Errorf(provider.ClassTransient, "Locked", "VM %s is locked by another task", ref.ID)
 }
