@@ -435,8 +435,9 @@ GUEST_PARALLEL ?= 2
 # agent from the operator, Proxmox's own cloud-init drive, static
 # addresses with the TPM on one guest, SPIFFE with a join token, and the
 # DHCP reservation against the real ISC client) and a GitHub job on a
-# guest of a real libvirtd (devenv Options.Libvirt), 8 guests of make
-# test-guest's 12. Left to make test-guest: the DHCP client identifier
+# guest of a real libvirtd (devenv Options.Libvirt) taken from the standby
+# tier (booted, suspended to disk with a managed save, resumed for the
+# job), 8 guests of make test-guest's 12. Left to make test-guest: the DHCP client identifier
 # scenarios on real guests (two guests; CI keeps the ISC client's against
 # the same dnsmasq) and the GitLab and Buildkite jobs on real guests (CI
 # runs both platforms' loops with the same agent in the simulated VMs of
