@@ -437,8 +437,8 @@ GUEST_PARALLEL ?= 2
 # DHCP reservation against the real ISC client) and a GitHub job on a
 # guest of a real libvirtd (devenv Options.Libvirt) taken from the standby
 # tier (booted, suspended to disk with a managed save, resumed for the
-# job), 8 guests of make test-guest's 12. Left to make test-guest: the DHCP client identifier
-# scenarios on real guests (two guests; CI keeps the ISC client's against
+# job), 8 guests of make test-guest's 12. Left to make test-guest: the
+# DHCP client identifier scenarios on real guests (two guests; CI keeps the ISC client's against
 # the same dnsmasq) and the GitLab and Buildkite jobs on real guests (CI
 # runs both platforms' loops with the same agent in the simulated VMs of
 # make test and make test-e2e). Each guest that boots costs about 70 to
