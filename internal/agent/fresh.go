@@ -54,29 +54,37 @@ func guestSystem(o *Options) GuestSystem {
 // is used (agentconfig.Freshness): the entropy first, so that nothing drawn
 // from the kernel after this can be foretold from a saved memory image,
 // then the clock, stepped when it is further than agentconfig.MaxClockSkew
-// from the operator's. A document without f (an operator from before
-// Freshness) changes nothing. Failing either is failing the delivery:
-// a resumed guest must not use a credential with a foreseeable random
-// state or a clock hours behind.
-func freshen(log *slog.Logger, sys GuestSystem, f *agentconfig.Freshness, code int) error {
+// from the operator's. The operator's clock now is f.Time plus the time
+// since the document was written (sinceWritten, measured on the guest's
+// own clock from the file's modification time: a difference of two
+// readings of one clock, right however far off that clock is): the agent
+// may read the document seconds after it was written (its poll, a guest
+// busy after its resume), and stepping to f.Time alone would set the
+// clock back by that long. A document without f (an operator from before
+// Freshness) changes nothing. Failing either is failing the delivery: a
+// resumed guest must not use a credential with a foreseeable random state
+// or a clock hours behind.
+func freshen(log *slog.Logger, sys GuestSystem, f *agentconfig.Freshness, sinceWritten time.Duration, code int) error {
 	if f == nil {
 		return nil
 	}
 	if err := sys.AddEntropy(f.Entropy); err != nil && !errors.Is(err, errNotSupported) {
 		return fail(code, "reseed the random number generator with the operator's entropy: %v", err)
 	}
-	skew := time.Until(f.Time)
+	operatorNow := f.Time.Add(max(sinceWritten, 0))
+	skew := time.Until(operatorNow)
 	if skew.Abs() <= agentconfig.MaxClockSkew {
 		return nil
 	}
-	switch err := sys.SetClock(f.Time); {
+	switch err := sys.SetClock(operatorNow); {
 	case errors.Is(err, errNotSupported):
 		log.Warn("the clock is off from the operator's, and this system gives the agent no way to step it", "by", skew.Round(time.Millisecond))
 		return nil
 	case err != nil:
-		return fail(code, "step the clock by %s to the operator's %s: %v", skew.Round(time.Millisecond), f.Time.UTC().Format(time.RFC3339Nano), err)
+		return fail(code, "step the clock by %s to the operator's %s: %v", skew.Round(time.Millisecond), operatorNow.UTC().Format(time.RFC3339Nano), err)
 	}
-	log.Info("clock stepped to the operator's (the guest was suspended, or its clock is off)", "by", skew.Round(time.Millisecond))
+	log.Info("clock stepped to the operator's (the guest was suspended, or its clock is off)", "by", skew.Round(time.Millisecond),
+		"documentWrittenAgo", sinceWritten.Round(time.Millisecond))
 	return nil
 }
 

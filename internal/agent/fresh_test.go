@@ -48,8 +48,11 @@ func TestFreshen(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	suspended := time.Now().Add(3 * time.Hour)
 	cases := []struct {
-		name      string
-		fresh     *agentconfig.Freshness
+		name  string
+		fresh *agentconfig.Freshness
+		// since is how long ago the document was written, by the guest's
+		// clock.
+		since     time.Duration
 		sys       recordingSystem
 		wantCalls []string
 		wantFail  string
@@ -58,6 +61,13 @@ func TestFreshen(t *testing.T) {
 		{name: "clock close enough: entropy only", fresh: freshness(t, time.Now()), wantCalls: []string{"entropy"}},
 		{name: "resumed hours later: entropy, then the clock", fresh: freshness(t, suspended), wantCalls: []string{"entropy", "clock"}},
 		{name: "clock ahead is stepped back too", fresh: freshness(t, time.Now().Add(-time.Hour)), wantCalls: []string{"entropy", "clock"}},
+		// The agent read the document 9 s after its write (a guest busy
+		// after its resume): its clock, right, is not set back to the
+		// document's time.
+		{name: "read late, clock right: not stepped back", fresh: freshness(t, time.Now().Add(-9*time.Second)), since: 9 * time.Second,
+			wantCalls: []string{"entropy"}},
+		{name: "read late, resumed hours later: stepped to the operator's now", fresh: freshness(t, suspended.Add(-9*time.Second)), since: 9 * time.Second,
+			wantCalls: []string{"entropy", "clock"}},
 		{name: "reseed fails: no secret used, clock untouched", fresh: freshness(t, suspended), sys: recordingSystem{entropyErr: syscall.EPERM},
 			wantCalls: []string{"entropy"}, wantFail: "reseed the random number generator"},
 		{name: "clock step fails", fresh: freshness(t, suspended), sys: recordingSystem{setErr: syscall.EPERM},
@@ -68,7 +78,7 @@ func TestFreshen(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			sys := c.sys
-			err := freshen(log, &sys, c.fresh, ExitNoSecrets)
+			err := freshen(log, &sys, c.fresh, c.since, ExitNoSecrets)
 			if !slices.Equal(sys.calls, c.wantCalls) {
 				t.Errorf("calls %v, want %v", sys.calls, c.wantCalls)
 			}
@@ -81,8 +91,11 @@ func TestFreshen(t *testing.T) {
 			if c.fresh != nil && !bytes.Equal(sys.seed, c.fresh.Entropy) {
 				t.Errorf("entropy %x, want the operator's %x", sys.seed, c.fresh.Entropy)
 			}
-			if len(sys.calls) == 2 && !sys.clock.Equal(c.fresh.Time) {
-				t.Errorf("clock stepped to %v, want the operator's %v", sys.clock, c.fresh.Time)
+			if c.fresh == nil {
+				return
+			}
+			if want := c.fresh.Time.Add(c.since); len(sys.calls) == 2 && !sys.clock.Equal(want) {
+				t.Errorf("clock stepped to %v, want the operator's %v (its time at the write and %s since)", sys.clock, want, c.since)
 			}
 		})
 	}
@@ -98,7 +111,11 @@ func TestGuestSecretsFreshenFirst(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	fresh := freshness(t, time.Now().Add(2*time.Hour))
+	// Written 30 s before the agent reads it (by the guest's clock, the
+	// file's modification time), by an operator 2 h ahead of the guest:
+	// the clock goes to the operator's time at the write and 30 s since.
+	const readLate = 30 * time.Second
+	fresh := freshness(t, time.Now().Add(2*time.Hour-readLate))
 	doc, err := json.Marshal(agentconfig.GuestSecrets{JITConfig: "jit", Fresh: fresh})
 	if err != nil {
 		t.Fatal(err)
@@ -106,13 +123,19 @@ func TestGuestSecretsFreshenFirst(t *testing.T) {
 	if err := os.WriteFile(path, doc, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	written := time.Now().Add(-readLate)
+	if err := os.Chtimes(path, written, written); err != nil {
+		t.Fatal(err)
+	}
 	sys := &recordingSystem{}
 	g, err := waitGuestSecrets(t.Context(), t.Context(), log, sys, path, ExitNoSecrets)
 	if err != nil || g.JITConfig != "jit" {
 		t.Fatalf("waitGuestSecrets = %+v, %v", g, err)
 	}
-	if !slices.Equal(sys.calls, []string{"entropy", "clock"}) || !sys.clock.Equal(fresh.Time) {
-		t.Errorf("the guest saw %v (clock %v), want its entropy and its clock made fresh", sys.calls, sys.clock)
+	want := fresh.Time.Add(readLate)
+	if !slices.Equal(sys.calls, []string{"entropy", "clock"}) || sys.clock.Before(want) || sys.clock.After(want.Add(agentconfig.MaxClockSkew)) {
+		t.Errorf("the guest saw %v (clock %v), want its entropy and its clock made fresh, at %v (the operator's time at the write and the %s since)",
+			sys.calls, sys.clock, want, readLate)
 	}
 
 	fresh.Entropy = fresh.Entropy[:8]

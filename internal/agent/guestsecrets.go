@@ -65,6 +65,13 @@ func waitGuestSecrets(parent, ctx context.Context, log *slog.Logger, sys GuestSy
 	defer tick.Stop()
 	last := "no file yet"
 	for {
+		// The file's modification time is the guest's clock at the
+		// write: freshen counts the time since then (the clock, however
+		// far off, is the same clock now).
+		var sinceWritten time.Duration
+		if info, err := os.Stat(path); err == nil {
+			sinceWritten = time.Since(info.ModTime())
+		}
 		data, err := os.ReadFile(path)
 		switch {
 		case err == nil:
@@ -75,7 +82,7 @@ func waitGuestSecrets(parent, ctx context.Context, log *slog.Logger, sys GuestSy
 					log.Error("cannot remove the secrets file", "path", path, "error", err)
 				}
 				log.Info("secrets received from the operator; their file removed", "path", path, "waited", time.Since(started).Round(time.Millisecond))
-				if err := freshen(log, sys, g.Fresh, code); err != nil {
+				if err := freshen(log, sys, g.Fresh, sinceWritten, code); err != nil {
 					return agentconfig.GuestSecrets{}, err
 				}
 				return g, nil

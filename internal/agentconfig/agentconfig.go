@@ -382,9 +382,10 @@ type GuestSecrets struct {
 // was saved with its memory on the hypervisor's storage, where a reader
 // of that storage could learn it. The operator places it with every
 // secrets document, through the guest channel (so it never rests on
-// storage); the agent steps its clock to Time when it is further off than
-// MaxClockSkew and mixes Entropy into the kernel's pool, reseeding it,
-// before anything of the document is used.
+// storage); the agent mixes Entropy into the kernel's pool, reseeding it,
+// and steps its clock to the operator's (Time, plus the time since the
+// document was written by the guest's own clock) when it is further off
+// than MaxClockSkew, before anything of the document is used.
 type Freshness struct {
 	// time is the operator's clock when it placed the document.
 	Time time.Time `json:"time"`

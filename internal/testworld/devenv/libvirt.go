@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
@@ -28,6 +29,14 @@ type LibvirtHost struct {
 	// Dir is a directory the daemon and its QEMU see at the same path:
 	// the world's storage pools go there.
 	Dir string
+	// GuestClockBehind starts the template's guests with their clock
+	// (their emulated RTC, which the kernel reads at boot) this far
+	// behind the host's; zero keeps the host's. The clock stays behind
+	// until something steps it, as the agent does with the operator's
+	// time when its secrets arrive (a test of that step: a resumed
+	// guest's clock under TCG goes on with the host's, so a suspend alone
+	// would not put it behind).
+	GuestClockBehind time.Duration
 }
 
 // Names of what the world defines on the libvirt host.
@@ -145,6 +154,7 @@ func (w *World) libvirtTemplate(disk string) *libvirtxml.Domain {
 			Cmdline: cmdline,
 		},
 		Features:   &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}},
+		Clock:      w.libvirtClock(),
 		OnPoweroff: "destroy",
 		OnReboot:   "restart",
 		OnCrash:    "destroy",
@@ -188,6 +198,16 @@ func (w *World) libvirtTemplate(disk string) *libvirtxml.Domain {
 			MemBalloon: &libvirtxml.DomainMemBalloon{Model: "none"},
 		},
 	}
+}
+
+// libvirtClock is the template's clock: the host's (UTC), or
+// LibvirtHost.GuestClockBehind behind it; nil leaves libvirt's default.
+func (w *World) libvirtClock() *libvirtxml.DomainClock {
+	behind := w.opts.Libvirt.GuestClockBehind
+	if behind <= 0 {
+		return nil
+	}
+	return &libvirtxml.DomainClock{Offset: "variable", Basis: "utc", Adjustment: strconv.FormatInt(-int64(behind/time.Second), 10)}
 }
 
 // guestNetworkAddress is the network of QEMU's user-mode network whose
