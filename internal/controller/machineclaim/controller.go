@@ -129,6 +129,9 @@ type Reconciler struct {
 	// memory is what this process remembers about each claim beyond its
 	// stored status (memory.go), dropped as a whole by forget.
 	memory claimMemory
+	// resumes learns how long each cluster takes to resume a standby
+	// VM (standby_pace.go).
+	resumes resumePace
 	// lag keeps a reconcile from repeating a step against a cache older
 	// than this controller's last write of the claim (a second cloud-init
 	// delivery would issue a second runner credential), and drops a gone

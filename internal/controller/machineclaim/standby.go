@@ -157,7 +157,26 @@ func (r *Reconciler) resumed(ctx context.Context, s *claimScope) phase.Result {
 		metrics.StandbyWaitSeconds.Observe(now.Sub(at.Time).Seconds())
 	}
 	logRoutine(ctx, hfv1.ResumingReason, "VM %s is resumed for a job", ref.ID())
-	return phase.StopAndRequeue(standbyPoll)
+	return phase.StopAndRequeue(r.resumes.next(ref.HypervisorCluster, 0))
+}
+
+// paceResume chooses when a resumed claim whose VM is still suspended
+// (the hypervisor reading its memory back) looks again, and learns how
+// long the resume took on the first pass that finds the VM back (its
+// Provisioned condition as read still says Resuming).
+func (r *Reconciler) paceResume(s *claimScope, cluster string, res *provider.EnsureResult, out phase.Result) phase.Result {
+	st := s.claim.Status.Standby
+	if st == nil || st.ResumedAt == nil || s.claim.Spec.Standby {
+		return out
+	}
+	since := s.clock.Since(st.ResumedAt.Time)
+	if res.Phase == provider.PhaseSuspended {
+		return phase.StopAndRequeue(r.resumes.next(cluster, since))
+	}
+	if was := hfv1.FindCondition(s.storedConditions, hfv1.MachineClaimProvisionedCondition); hfv1.HasReason(was, hfv1.ResumingReason) {
+		r.resumes.learn(cluster, since)
+	}
+	return out
 }
 
 // readStandbyVM reads the claim's VM through its hypervisor. vm is nil

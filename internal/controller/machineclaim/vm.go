@@ -187,6 +187,7 @@ func (r *Reconciler) settleVM(ctx context.Context, s *claimScope, call *vmCall, 
 	r.memory.provisioned(s.claim.UID)
 	s.recordProgress(ctx, call.cluster.Name, call.prev, res.Progress)
 	out, poweredOff := vmStanding(ctx, s.claim, &s.facts, call, res)
+	out = r.paceResume(s, call.cluster.Name, res, out)
 	if poweredOff != "" {
 		r.endPoweredOff(ctx, s, poweredOff)
 	}
