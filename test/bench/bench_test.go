@@ -324,14 +324,8 @@ func coldStarts(t *testing.T, w *devenv.World, px *recorder, n int) ([]bench.Col
 	// Cold starts run on Proxmox's own task times (the realistic preset):
 	// the ratio is against what a real cluster makes a VM wait, boot
 	// included, not against the toy latencies of the other parts.
-	realistic, err := proxmoxsim.Preset(proxmoxsim.PresetRealistic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := w.Proxmox.Latency()
-	w.Proxmox.SetLatency(realistic.Latency)
-	defer w.Proxmox.SetLatency(saved)
-	lat := realistic.Latency
+	lat, restore := realisticTimings(t, w)
+	defer restore()
 	var out []bench.ColdStart
 	var timeline bench.Trace
 	for i := range n {
@@ -347,32 +341,21 @@ func coldStarts(t *testing.T, w *devenv.World, px *recorder, n int) ([]bench.Col
 			mu.Unlock()
 		}
 		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			// Runner online and claim created are seen by polling; the
-			// 20 ms period bounds how late they are seen.
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-				now := time.Now()
-				for _, r := range w.GitHub.Runners() {
-					if r.Status == "online" && !r.Removed {
-						mark(bench.EventRunnerUp, now)
-					}
-				}
-				if len(poolClaims(t, w)) > 0 {
-					mark(bench.EventClaim, now)
-				}
-				for _, vm := range operatorVMs(w) {
-					mu.Lock()
-					ended := !seen[bench.EventJobEnd].IsZero()
-					mu.Unlock()
-					if ended && vm.Status == "stopped" {
-						mark(bench.EventPowerOff, now)
-					}
+		// Runner online and claim created are seen by polling; the 20 ms
+		// period bounds how late they are seen.
+		wait := every20ms(stop, func(now time.Time) {
+			if runnerOnline(w) {
+				mark(bench.EventRunnerUp, now)
+			}
+			if len(poolClaims(t, w)) > 0 {
+				mark(bench.EventClaim, now)
+			}
+			for _, vm := range operatorVMs(w) {
+				mu.Lock()
+				ended := !seen[bench.EventJobEnd].IsZero()
+				mu.Unlock()
+				if ended && vm.Status == "stopped" {
+					mark(bench.EventPowerOff, now)
 				}
 			}
 		})
@@ -389,7 +372,7 @@ func coldStarts(t *testing.T, w *devenv.World, px *recorder, n int) ([]bench.Col
 		})
 		waitEmpty(t, w, 2*time.Minute)
 		close(stop)
-		wg.Wait()
+		wait()
 		j, _ := w.GitHub.Job(ids[0])
 		seen[bench.EventQueued], seen[bench.EventJobStart], seen[bench.EventJobEnd] = j.CreatedAt, j.StartedAt, j.CompletedAt
 		if up := seen[bench.EventRunnerUp]; !j.StartedAt.IsZero() && (up.IsZero() || up.After(j.StartedAt)) {
@@ -443,6 +426,47 @@ func coldStarts(t *testing.T, w *devenv.World, px *recorder, n int) ([]bench.Col
 		}
 	}
 	return out, timeline
+}
+
+// realisticTimings puts the Proxmox simulator on Proxmox's own task
+// times (the realistic preset) and returns them, with what restores the
+// latencies it had.
+func realisticTimings(t *testing.T, w *devenv.World) (proxmoxsim.Latency, func()) {
+	t.Helper()
+	realistic, err := proxmoxsim.Preset(proxmoxsim.PresetRealistic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := w.Proxmox.Latency()
+	w.Proxmox.SetLatency(realistic.Latency)
+	return realistic.Latency, func() { w.Proxmox.SetLatency(saved) }
+}
+
+// every20ms calls f with the time every 20 ms, on a goroutine of its own,
+// until stop is closed; the returned function waits for its end.
+func every20ms(stop <-chan struct{}, f func(now time.Time)) (wait func()) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			f(time.Now())
+		}
+	})
+	return wg.Wait
+}
+
+// runnerOnline is whether a runner is online on the GitHub simulator.
+func runnerOnline(w *devenv.World) bool {
+	for _, r := range w.GitHub.Runners() {
+		if r.Status == "online" && !r.Removed {
+			return true
+		}
+	}
+	return false
 }
 
 func earliest(a, b time.Time) time.Time {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,14 +29,8 @@ import (
 // yields its report (and fails the small run).
 func standbyStarts(t *testing.T, w *devenv.World, px *recorder, size, n int, warm bench.IdleCost) bench.Standby {
 	ctx := context.Background()
-	realistic, err := proxmoxsim.Preset(proxmoxsim.PresetRealistic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := w.Proxmox.Latency()
-	w.Proxmox.SetLatency(realistic.Latency)
-	defer w.Proxmox.SetLatency(saved)
-	lat := realistic.Latency
+	lat, restore := realisticTimings(t, w)
+	defer restore()
 
 	waitEmpty(t, w, 3*time.Minute)
 	base := hostMemory(w)
@@ -117,26 +110,11 @@ func waitTierReady(t *testing.T, w *devenv.World, size int, d time.Duration) (ma
 // when the job was not served by a VM of the tier within two minutes.
 func serveFromTier(t *testing.T, w *devenv.World, px *recorder, lat proxmoxsim.Latency, memory map[int]int64) (bench.StandbyStart, bool) {
 	px.trace(true)
-	var mu sync.Mutex
 	var up time.Time
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			for _, r := range w.GitHub.Runners() {
-				if r.Status == "online" && !r.Removed {
-					mu.Lock()
-					if up.IsZero() {
-						up = time.Now()
-					}
-					mu.Unlock()
-				}
-			}
+	wait := every20ms(stop, func(now time.Time) {
+		if up.IsZero() && runnerOnline(w) {
+			up = now
 		}
 	})
 	ids, err := w.EnqueueJobs(1, time.Second)
@@ -148,7 +126,7 @@ func serveFromTier(t *testing.T, w *devenv.World, px *recorder, lat proxmoxsim.L
 		return j.Status == "completed"
 	})
 	close(stop)
-	wg.Wait()
+	wait()
 	vms := px.trace(false)
 	if !done {
 		t.Logf("standby: job %d not completed within 2 minutes", ids[0])
