@@ -471,9 +471,9 @@ dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags,
 # docs/performance.md and its timeline figure (test/bench, build tag
 # bench): the controller package's power-off benchmark (10 clusters of 10
 # claims, 100 VMs powered off at once), then the manager binary as its own
-# process through cold and warm starts, 250 / 1,000 / 4,000 claims over 10
-# clusters, claim overhead against a bare client and churn. About 12 minutes
-# on 2 cores. The report's "Real guests" table comes from the timings the
+# process through cold, warm and standby starts, 250 / 1,000 / 4,000 claims over 10
+# clusters, claim overhead against a bare client and churn. About 14 minutes
+# on 2 cores (the standby starts about 3 of them). The report's "Real guests" table comes from the timings the
 # last make test-guest wrote into GUEST_TIMINGS. BENCH_OUT is where the report goes; bench-small runs every
 # part at a toy size into a temporary directory (CI: it runs, and the report
 # is written; no speed is asserted).

@@ -19,7 +19,9 @@
 // alone (its jobs and maxReplicas from HF_BENCH_CHURN_JOBS and
 // HF_BENCH_CHURN_MAX when set), to study it without the rest, and
 // HF_BENCH_ONLY=cold the cold starts alone (their ratios logged, no
-// report);
+// report), and HF_BENCH_ONLY=standby the standby starts alone (after one
+// warm VM, whose idle cost they are shown next to; each job's stages
+// logged, no report);
 // HF_BENCH_GROWTH, comma-separated claim levels: only the growth curve at
 // those levels (no report), each idle window's calls logged by path;
 // HF_BENCH_PPROF, a directory where a CPU profile of the operator over each
@@ -78,11 +80,13 @@ type sizes struct {
 	// stays within its 15 minutes: the point then reports the claims that
 	// ran by then.
 	topDeadline time.Duration
+	// standby is the standby tier's size, standbyJobs the jobs it serves.
+	standby, standbyJobs int
 }
 
 var (
-	full  = sizes{cold: 3, warm: 10, warmMin: 3, clusters: 10, levels: []int{250, 1000, 4000}, main: 1000, probes: 100, idleWindow: 20 * time.Second, churnJobs: 600, churnMax: 20, levelDeadline: 5 * time.Minute, topDeadline: 2 * time.Minute}
-	small = sizes{cold: 1, warm: 2, warmMin: 1, clusters: 2, levels: []int{4, 8}, main: 8, probes: 4, idleWindow: 3 * time.Second, churnJobs: 3, churnMax: 2, levelDeadline: 2 * time.Minute, topDeadline: 2 * time.Minute}
+	full  = sizes{cold: 3, warm: 10, warmMin: 3, standby: 2, standbyJobs: 5, clusters: 10, levels: []int{250, 1000, 4000}, main: 1000, probes: 100, idleWindow: 20 * time.Second, churnJobs: 600, churnMax: 20, levelDeadline: 5 * time.Minute, topDeadline: 2 * time.Minute}
+	small = sizes{cold: 1, warm: 2, warmMin: 1, standby: 1, standbyJobs: 2, clusters: 2, levels: []int{4, 8}, main: 8, probes: 4, idleWindow: 3 * time.Second, churnJobs: 3, churnMax: 2, levelDeadline: 2 * time.Minute, topDeadline: 2 * time.Minute}
 )
 
 const pollInterval = 5 * time.Second
@@ -95,6 +99,7 @@ func TestBench(t *testing.T) {
 	}
 	onlyChurn := os.Getenv("HF_BENCH_ONLY") == "churn"
 	onlyCold := os.Getenv("HF_BENCH_ONLY") == "cold"
+	onlyStandby := os.Getenv("HF_BENCH_ONLY") == "standby"
 	for env, p := range map[string]*int{"HF_BENCH_CHURN_JOBS": &sz.churnJobs, "HF_BENCH_CHURN_MAX": &sz.churnMax} {
 		if v := os.Getenv(env); v != "" {
 			n, err := strconv.Atoi(v)
@@ -167,9 +172,15 @@ func TestBench(t *testing.T) {
 		return
 	}
 
+	if onlyStandby {
+		// One warm VM, for its idle cost next to a standby VM's.
+		sz.warm, sz.warmMin = 1, 1
+	}
 	if !onlyChurn {
-		res.Cold, res.Timeline = coldStarts(t, w, px, sz.cold)
-		logf("cold starts: %d", len(res.Cold))
+		if !onlyStandby {
+			res.Cold, res.Timeline = coldStarts(t, w, px, sz.cold)
+			logf("cold starts: %d", len(res.Cold))
+		}
 		if onlyCold {
 			for i, c := range res.Cold {
 				logf("cold start %d: %s against %s (clone %s + configure %s + start %s + boot %s + registration %s): ratio %.3f",
@@ -177,8 +188,22 @@ func TestBench(t *testing.T) {
 			}
 			return
 		}
-		res.Warm = warmPool(t, w, sz.warm, sz.warmMin)
+		var warmCost bench.IdleCost
+		res.Warm, warmCost = warmPool(t, w, sz.warm, sz.warmMin)
 		logf("warm pool: %+v", res.Warm)
+		res.Standby = standbyStarts(t, w, px, sz.standby, sz.standbyJobs, warmCost)
+		tot := res.Standby.Totals()
+		med, worst := res.Standby.Ratios()
+		logf("standby: %d of %d jobs, p50 %s, p95 %s, ratio %.3f (worst %.3f); idle per VM %+v, warm %+v",
+			tot.N, sz.standbyJobs, tot.P50, tot.P95, med, worst, res.Standby.Idle, res.Standby.Warm)
+		if isSmall && tot.N < sz.standbyJobs {
+			// Not a speed: the small run's standby jobs must complete at
+			// all, or the tier's suspend and resume have rotted.
+			t.Errorf("standby: %d of %d jobs served by the tier", tot.N, sz.standbyJobs)
+		}
+		if onlyStandby {
+			return
+		}
 	}
 
 	// Churn before the load: a job's calls are counted without the load
@@ -299,14 +324,8 @@ func coldStarts(t *testing.T, w *devenv.World, px *recorder, n int) ([]bench.Col
 	// Cold starts run on Proxmox's own task times (the realistic preset):
 	// the ratio is against what a real cluster makes a VM wait, boot
 	// included, not against the toy latencies of the other parts.
-	realistic, err := proxmoxsim.Preset(proxmoxsim.PresetRealistic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := w.Proxmox.Latency()
-	w.Proxmox.SetLatency(realistic.Latency)
-	defer w.Proxmox.SetLatency(saved)
-	lat := realistic.Latency
+	lat, restore := realisticTimings(t, w)
+	defer restore()
 	var out []bench.ColdStart
 	var timeline bench.Trace
 	for i := range n {
@@ -322,32 +341,21 @@ func coldStarts(t *testing.T, w *devenv.World, px *recorder, n int) ([]bench.Col
 			mu.Unlock()
 		}
 		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			// Runner online and claim created are seen by polling; the
-			// 20 ms period bounds how late they are seen.
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-				now := time.Now()
-				for _, r := range w.GitHub.Runners() {
-					if r.Status == "online" && !r.Removed {
-						mark(bench.EventRunnerUp, now)
-					}
-				}
-				if len(poolClaims(t, w)) > 0 {
-					mark(bench.EventClaim, now)
-				}
-				for _, vm := range operatorVMs(w) {
-					mu.Lock()
-					ended := !seen[bench.EventJobEnd].IsZero()
-					mu.Unlock()
-					if ended && vm.Status == "stopped" {
-						mark(bench.EventPowerOff, now)
-					}
+		// Runner online and claim created are seen by polling; the 20 ms
+		// period bounds how late they are seen.
+		wait := every20ms(stop, func(now time.Time) {
+			if runnerOnline(w) {
+				mark(bench.EventRunnerUp, now)
+			}
+			if len(poolClaims(t, w)) > 0 {
+				mark(bench.EventClaim, now)
+			}
+			for _, vm := range operatorVMs(w) {
+				mu.Lock()
+				ended := !seen[bench.EventJobEnd].IsZero()
+				mu.Unlock()
+				if ended && vm.Status == "stopped" {
+					mark(bench.EventPowerOff, now)
 				}
 			}
 		})
@@ -364,7 +372,7 @@ func coldStarts(t *testing.T, w *devenv.World, px *recorder, n int) ([]bench.Col
 		})
 		waitEmpty(t, w, 2*time.Minute)
 		close(stop)
-		wg.Wait()
+		wait()
 		j, _ := w.GitHub.Job(ids[0])
 		seen[bench.EventQueued], seen[bench.EventJobStart], seen[bench.EventJobEnd] = j.CreatedAt, j.StartedAt, j.CompletedAt
 		if up := seen[bench.EventRunnerUp]; !j.StartedAt.IsZero() && (up.IsZero() || up.After(j.StartedAt)) {
@@ -420,6 +428,47 @@ func coldStarts(t *testing.T, w *devenv.World, px *recorder, n int) ([]bench.Col
 	return out, timeline
 }
 
+// realisticTimings puts the Proxmox simulator on Proxmox's own task
+// times (the realistic preset) and returns them, with what restores the
+// latencies it had.
+func realisticTimings(t *testing.T, w *devenv.World) (proxmoxsim.Latency, func()) {
+	t.Helper()
+	realistic, err := proxmoxsim.Preset(proxmoxsim.PresetRealistic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := w.Proxmox.Latency()
+	w.Proxmox.SetLatency(realistic.Latency)
+	return realistic.Latency, func() { w.Proxmox.SetLatency(saved) }
+}
+
+// every20ms calls f with the time every 20 ms, on a goroutine of its own,
+// until stop is closed; the returned function waits for its end.
+func every20ms(stop <-chan struct{}, f func(now time.Time)) (wait func()) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			f(time.Now())
+		}
+	})
+	return wg.Wait
+}
+
+// runnerOnline is whether a runner is online on the GitHub simulator.
+func runnerOnline(w *devenv.World) bool {
+	for _, r := range w.GitHub.Runners() {
+		if r.Status == "online" && !r.Removed {
+			return true
+		}
+	}
+	return false
+}
+
 func earliest(a, b time.Time) time.Time {
 	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
 		return b
@@ -439,12 +488,20 @@ func idleRunners(w *devenv.World) int {
 }
 
 // warmPool keeps minIdle VMs booted and measures job queued -> in
-// progress, one job at a time, each once the pool is full again.
-func warmPool(t *testing.T, w *devenv.World, n, minIdle int) bench.Summary {
+// progress, one job at a time, each once the pool is full again, and what
+// a warm VM holds while it waits (read from the simulator once the pool
+// is first full).
+func warmPool(t *testing.T, w *devenv.World, n, minIdle int) (bench.Summary, bench.IdleCost) {
+	waitEmpty(t, w, 3*time.Minute)
+	base := hostMemory(w)
 	setPool(t, w, int32(minIdle), 5)
 	var ds []time.Duration
-	for range n {
+	var cost bench.IdleCost
+	for i := range n {
 		waitFor(t, 3*time.Minute, "warm pool full", func() (bool, error) { return idleRunners(w) >= minIdle, nil })
+		if i == 0 {
+			cost = idleCost(w, base, runningVMs(t, w))
+		}
 		ids, err := w.EnqueueJobs(1, time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -458,7 +515,7 @@ func warmPool(t *testing.T, w *devenv.World, n, minIdle int) bench.Summary {
 	}
 	setPool(t, w, 0, 5)
 	waitEmpty(t, w, 3*time.Minute)
-	return bench.Summarize(ds)
+	return bench.Summarize(ds), cost
 }
 
 // churn runs jobs with no simulated latency through a pool of maxR VMs

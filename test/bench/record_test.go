@@ -29,9 +29,12 @@ type recorder struct {
 	vms map[string]*vmTimes
 }
 
-// vmTimes are one VM's requests, for the churn's stages.
+// vmTimes are one VM's requests, for the churn's stages and the standby
+// starts: its first, its start and destroy requests, its first resume and
+// its first file written through the guest agent (the credential).
 type vmTimes struct {
 	first, start, destroy time.Time
+	resume, placed        time.Time
 }
 
 func newRecorder() *recorder {
@@ -133,6 +136,10 @@ func (r *recorder) traceVM(req *http.Request, now time.Time) {
 		vm.start = now
 	case req.Method == http.MethodDelete && !strings.Contains(rest, "/"):
 		vm.destroy = now
+	case req.Method == http.MethodPost && strings.HasSuffix(rest, "/status/resume") && vm.resume.IsZero():
+		vm.resume = now
+	case req.Method == http.MethodPost && strings.HasSuffix(rest, "/agent/file-write") && vm.placed.IsZero():
+		vm.placed = now
 	}
 }
 

@@ -154,6 +154,8 @@ func TestWriteReport(t *testing.T) {
 			{API: "Kubernetes", Call: "GET", PerJob: 3, Target: 2, Reason: "uncached reads"}},
 		Timeline: fullTrace(),
 	}
+	r.Standby = Standby{Size: 2, Starts: []StandbyStart{{Total: 3800 * time.Millisecond, Resume: 3 * time.Second, Registration: 500 * time.Millisecond}},
+		Idle: IdleCost{State: 4596 << 20, Disk: 8 << 30}, Warm: IdleCost{Memory: 2 << 30, Disk: 8 << 30}}
 	if err := WriteReport(dir, r); err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +169,8 @@ func TestWriteReport(t *testing.T) {
 		"| power-off (listing only) -> destroyed, p99 | 14.00 s | < 10.00 s | - | **MISS** (out of reach, see below) |",
 		"cold start: job queued -> runner online / (clone + configure + start + boot + registration), median of 2 jobs | first job 10.00 s vs 4.00 s + 0.50 s + 0.50 s + 4.00 s + 0.90 s; worst ratio 1.111 (the first after the operator started: no task durations learnt yet) | ratio <= 1.05 | 1.010 | PASS",
 		"| operator RSS under churn, 0 claims (peak 0 MiB) | 300 MiB | < 256 MiB | - | **MISS** |",
+		"| standby: job queued -> runner online / (resume + credential placement + registration), median of 1 jobs, tier of 2 | p50 3.80 s, p95 3.80 s; first job 3.80 s vs 3.00 s + 0.00 s + 0.50 s; worst ratio 1.086 | p50 < 5.00 s, p95 < 15.00 s, ratio <= 1.10 | 1.086 | PASS |",
+		"| standby: idle cost per VM (host memory; storage: saved memory + disk) against a warm VM's (host memory; disk) | standby 0 MiB host memory, 4.5 GiB + 8.0 GiB; warm 2048 MiB host memory, 8.0 GiB | standby host memory 0 | - | PASS |",
 		"churn: claims per minute end to end, 100 jobs, maxReplicas 20 | 100/min",
 		"- churn: claims per minute end to end, 100 jobs, maxReplicas 20: the guests.",
 		"Misses out of reach here:",

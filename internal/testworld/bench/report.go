@@ -6,7 +6,6 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +36,15 @@ const (
 	// every write and destroy, the VM's absence after it), each bounded by
 	// its own row of the calls table.
 	ProxmoxPerLifecycle = 10
+)
+
+// The standby tier's targets (docs/runnerpool.md, "Standby"): a job served
+// by a VM resumed from disk, against the resume, the credential's
+// placement and the registration; a suspended VM holds no host memory.
+const (
+	TargetStandbyP50   = 5 * time.Second
+	TargetStandbyP95   = 15 * time.Second
+	TargetStandbyRatio = 1.1
 )
 
 // Figure is one line of the report: a measured value, its target, its
@@ -79,13 +87,11 @@ func Figures(r Results) []Figure {
 	add(abs)
 
 	if len(r.Cold) > 0 {
-		var worst, med float64
 		rs := make([]float64, 0, len(r.Cold))
 		for _, c := range r.Cold {
 			rs = append(rs, Ratio(c.Total, c.Physical()))
 		}
-		slices.Sort(rs)
-		worst, med = rs[len(rs)-1], rs[(len(rs)-1)/2]
+		med, worst := MedianWorst(rs)
 		c := r.Cold[0]
 		add(Figure{Name: fmt.Sprintf("cold start: job queued -> runner online / (clone + configure + start + boot + registration), median of %d jobs", len(r.Cold)),
 			Value: fmt.Sprintf("first job %s vs %s + %s + %s + %s + %s; worst ratio %.3f (the first after the operator started: no task durations learnt yet)",
@@ -94,6 +100,9 @@ func Figures(r Results) []Figure {
 	}
 	add(Figure{Name: fmt.Sprintf("warm pool: job queued -> in progress, p95, %d jobs", r.Warm.N), Value: secs(r.Warm.P95) + " (p50 " + secs(r.Warm.P50) + ")",
 		Target: "< " + secs(TargetWarmP95), Pass: r.Warm.N > 0 && r.Warm.P95 < TargetWarmP95})
+	if r.Standby.Size > 0 {
+		fs = append(fs, standbyFigures(r.Standby)...)
+	}
 
 	p := r.Process
 	add(Figure{Name: fmt.Sprintf("operator RSS, idle, %d claims (peak VmHWM %s)", p.Idle.Claims, mib(p.Idle.HWM)), Value: mib(p.Idle.RSS), Target: "< " + mib(TargetRSS),
@@ -121,6 +130,34 @@ func Figures(r Results) []Figure {
 	}
 	add(cf)
 	return fs
+}
+
+// standbyFigures are the standby tier's rows: job queued -> runner online
+// against the physical minimum measured for the same VM (the cold row's
+// form), and what a VM of the tier holds while it waits, next to a warm
+// VM.
+func standbyFigures(sb Standby) []Figure {
+	tot := sb.Totals()
+	med, worst := sb.Ratios()
+	start := Figure{Name: fmt.Sprintf("standby: job queued -> runner online / (resume + credential placement + registration), median of %d jobs, tier of %d", tot.N, sb.Size),
+		Value: "no job served", Target: fmt.Sprintf("p50 < %s, p95 < %s, ratio <= %.2f", secs(TargetStandbyP50), secs(TargetStandbyP95), TargetStandbyRatio)}
+	if tot.N > 0 {
+		s := sb.Starts[0]
+		start.Value = fmt.Sprintf("p50 %s, p95 %s; first job %s vs %s + %s + %s; worst ratio %.3f",
+			secs(tot.P50), secs(tot.P95), secs(s.Total), secs(s.Resume), secs(s.Placement), secs(s.Registration), worst)
+		start.Ratio = fmt.Sprintf("%.3f", med)
+		start.Pass = tot.P50 < TargetStandbyP50 && tot.P95 < TargetStandbyP95 && med <= TargetStandbyRatio
+		if !start.Pass {
+			toResume, toCredential := sb.OperatorWaits()
+			start.Note = fmt.Sprintf("the operator's waits on the jobs' path, medians: job queued -> resume request %s, the resume's end -> credential written %s",
+				secs(toResume), secs(toCredential))
+		}
+	}
+	idle := Figure{Name: "standby: idle cost per VM (host memory; storage: saved memory + disk) against a warm VM's (host memory; disk)",
+		Value: fmt.Sprintf("standby %s host memory, %s + %s; warm %s host memory, %s",
+			mib(sb.Idle.Memory), gib(sb.Idle.State), gib(sb.Idle.Disk), mib(sb.Warm.Memory), gib(sb.Warm.Disk)),
+		Target: "standby host memory 0", Pass: sb.Idle.Memory == 0}
+	return []Figure{start, idle}
 }
 
 // WriteReport writes performance.md and timeline.png into dir.

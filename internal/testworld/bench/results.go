@@ -23,6 +23,7 @@ type Results struct {
 	Overhead Overhead    `json:"overhead"`
 	Cold     []ColdStart `json:"cold"`
 	Warm     Summary     `json:"warm"`
+	Standby  Standby     `json:"standby"`
 	Process  Process     `json:"process"`
 	Churn    Churn       `json:"churn"`
 	Calls    []Calls     `json:"calls"`
@@ -111,6 +112,80 @@ type ColdStart struct {
 // the VM's path, its boot and its registration, one after the other.
 func (c ColdStart) Physical() time.Duration {
 	return c.Clone + c.Configure + c.Start + c.Boot + c.Registration
+}
+
+// StandbyStart is one job served by a VM of the standby tier: job queued
+// -> runner online, and what the simulators took for the same VM.
+type StandbyStart struct {
+	Total time.Duration `json:"total"`
+	// Resume is the Proxmox simulator's resume task for the VM (its fixed
+	// part plus its part per GiB of the VM's memory read back); Placement
+	// is what the hypervisor takes to write the runner credential through
+	// the guest agent (zero where the simulator models no time for it);
+	// Registration is the resume's end, or the operator's write of the
+	// credential when that came later, -> runner online on the GitHub
+	// simulator: the guest's own time.
+	Resume       time.Duration `json:"resume"`
+	Placement    time.Duration `json:"placement"`
+	Registration time.Duration `json:"registration"`
+	// ToResume (job queued -> resume request) and ToCredential (the
+	// resume's end -> credential written) are the operator's waits on
+	// the job's path, which a miss is read from.
+	ToResume     time.Duration `json:"toResume"`
+	ToCredential time.Duration `json:"toCredential"`
+}
+
+// Physical is the least a standby start can take: the resume, the
+// credential's placement and the registration, one after the other.
+func (s StandbyStart) Physical() time.Duration {
+	return s.Resume + s.Placement + s.Registration
+}
+
+// IdleCost is what one VM waiting for a job holds on its hypervisor,
+// read from the hypervisor's state: host memory, its disks and the
+// volume of its saved memory (a VM suspended to disk).
+type IdleCost struct {
+	Memory int64 `json:"memory"`
+	Disk   int64 `json:"disk"`
+	State  int64 `json:"state"`
+}
+
+// Standby is the standby tier's figures: jobs served one at a time, each
+// by a VM of a full tier of Size, and the idle cost of one of its VMs
+// next to a warm VM's.
+type Standby struct {
+	Size   int            `json:"size"`
+	Starts []StandbyStart `json:"starts"`
+	Idle   IdleCost       `json:"idle"`
+	Warm   IdleCost       `json:"warm"`
+}
+
+// Totals are the starts' queued -> runner online times.
+func (s Standby) Totals() Summary {
+	ds := make([]time.Duration, len(s.Starts))
+	for i, st := range s.Starts {
+		ds[i] = st.Total
+	}
+	return Summarize(ds)
+}
+
+// OperatorWaits are the medians of the starts' ToResume and ToCredential.
+func (s Standby) OperatorWaits() (toResume, toCredential time.Duration) {
+	a, b := make([]time.Duration, len(s.Starts)), make([]time.Duration, len(s.Starts))
+	for i, st := range s.Starts {
+		a[i], b[i] = st.ToResume, st.ToCredential
+	}
+	return Percentile(a, 50), Percentile(b, 50)
+}
+
+// Ratios are the median and the worst of the starts' ratios to their
+// physical minimum.
+func (s Standby) Ratios() (median, worst float64) {
+	rs := make([]float64, len(s.Starts))
+	for i, st := range s.Starts {
+		rs[i] = Ratio(st.Total, st.Physical())
+	}
+	return MedianWorst(rs)
 }
 
 // Process is the operator process's resources.

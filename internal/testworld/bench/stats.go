@@ -38,6 +38,17 @@ func Ratio(measured, best time.Duration) float64 {
 	return float64(measured) / float64(best)
 }
 
+// MedianWorst returns the median (the lower one of an even count, a value
+// that was measured) and the largest of rs; zeros for none.
+func MedianWorst(rs []float64) (median, worst float64) {
+	if len(rs) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(rs)
+	slices.Sort(s)
+	return s[(len(s)-1)/2], s[len(s)-1]
+}
+
 // Summary is a sample's size and percentiles.
 type Summary struct {
 	N   int           `json:"n"`
