@@ -19,10 +19,10 @@ import (
 
 // recordingSystem records what freshen asks of the guest, in order.
 type recordingSystem struct {
-	calls              []string
-	seed               []byte
-	clock              time.Time
-	entropyErr, setErr error
+	calls                         []string
+	seed                          []byte
+	clock                         time.Time
+	entropyErr, setErr, leasesErr error
 }
 
 func (r *recordingSystem) SetClock(t time.Time) error {
@@ -33,6 +33,11 @@ func (r *recordingSystem) SetClock(t time.Time) error {
 func (r *recordingSystem) AddEntropy(seed []byte) error {
 	r.calls, r.seed = append(r.calls, "entropy"), bytes.Clone(seed)
 	return r.entropyErr
+}
+
+func (r *recordingSystem) RenewLeases(context.Context) ([]string, error) {
+	r.calls = append(r.calls, "leases")
+	return []string{"eth0"}, r.leasesErr
 }
 
 func freshness(t *testing.T, at time.Time) *agentconfig.Freshness {
@@ -55,20 +60,22 @@ func TestFreshen(t *testing.T) {
 		wantFail  string
 	}{
 		{name: "no freshness: an operator from before it", wantCalls: nil},
-		{name: "clock close enough: entropy only", fresh: freshness(t, time.Now()), wantCalls: []string{"entropy"}},
-		{name: "resumed hours later: entropy, then the clock", fresh: freshness(t, suspended), wantCalls: []string{"entropy", "clock"}},
-		{name: "clock ahead is stepped back too", fresh: freshness(t, time.Now().Add(-time.Hour)), wantCalls: []string{"entropy", "clock"}},
+		{name: "clock close enough (not resumed): entropy only", fresh: freshness(t, time.Now()), wantCalls: []string{"entropy"}},
+		{name: "resumed hours later: entropy, the clock, then the leases", fresh: freshness(t, suspended), wantCalls: []string{"entropy", "clock", "leases"}},
+		{name: "clock ahead is stepped back too", fresh: freshness(t, time.Now().Add(-time.Hour)), wantCalls: []string{"entropy", "clock", "leases"}},
 		{name: "reseed fails: no secret used, clock untouched", fresh: freshness(t, suspended), sys: recordingSystem{entropyErr: syscall.EPERM},
 			wantCalls: []string{"entropy"}, wantFail: "reseed the random number generator"},
 		{name: "clock step fails", fresh: freshness(t, suspended), sys: recordingSystem{setErr: syscall.EPERM},
 			wantCalls: []string{"entropy", "clock"}, wantFail: "step the clock"},
-		{name: "a system without the calls goes on", fresh: freshness(t, suspended), sys: recordingSystem{entropyErr: errNotSupported, setErr: errNotSupported},
-			wantCalls: []string{"entropy", "clock"}},
+		{name: "lease renewal fails", fresh: freshness(t, suspended), sys: recordingSystem{leasesErr: errors.New("dhclient exited 2")},
+			wantCalls: []string{"entropy", "clock", "leases"}, wantFail: "renew the DHCP leases"},
+		{name: "a system without the calls goes on", fresh: freshness(t, suspended), sys: recordingSystem{entropyErr: errNotSupported, setErr: errNotSupported, leasesErr: errNotSupported},
+			wantCalls: []string{"entropy", "clock", "leases"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			sys := c.sys
-			err := freshen(log, &sys, c.fresh, ExitNoSecrets)
+			err := freshen(t.Context(), log, &sys, c.fresh, ExitNoSecrets)
 			if !slices.Equal(sys.calls, c.wantCalls) {
 				t.Errorf("calls %v, want %v", sys.calls, c.wantCalls)
 			}
@@ -81,7 +88,7 @@ func TestFreshen(t *testing.T) {
 			if c.fresh != nil && !bytes.Equal(sys.seed, c.fresh.Entropy) {
 				t.Errorf("entropy %x, want the operator's %x", sys.seed, c.fresh.Entropy)
 			}
-			if len(sys.calls) == 2 && !sys.clock.Equal(c.fresh.Time) {
+			if len(sys.calls) >= 2 && !sys.clock.Equal(c.fresh.Time) {
 				t.Errorf("clock stepped to %v, want the operator's %v", sys.clock, c.fresh.Time)
 			}
 		})
@@ -111,8 +118,8 @@ func TestGuestSecretsFreshenFirst(t *testing.T) {
 	if err != nil || g.JITConfig != "jit" {
 		t.Fatalf("waitGuestSecrets = %+v, %v", g, err)
 	}
-	if !slices.Equal(sys.calls, []string{"entropy", "clock"}) || !sys.clock.Equal(fresh.Time) {
-		t.Errorf("the guest saw %v (clock %v), want its entropy and its clock made fresh", sys.calls, sys.clock)
+	if !slices.Equal(sys.calls, []string{"entropy", "clock", "leases"}) || !sys.clock.Equal(fresh.Time) {
+		t.Errorf("the guest saw %v (clock %v), want its entropy, its clock and its leases made fresh", sys.calls, sys.clock)
 	}
 
 	fresh.Entropy = fresh.Entropy[:8]
