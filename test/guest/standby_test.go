@@ -91,8 +91,8 @@ func TestStandbyOnRealGuest(t *testing.T) {
 	if t.Failed() {
 		t.Logf("the standby VM's agent journal, as the probe last read it:\n%s", sp.lastJournal)
 	}
-	t.Logf("standby VM %d: suspended at %s (state %d MiB on the host), resumed at %s; the agent stepped its clock by %s and renewed its lease of %s (acknowledged at %s)",
-		sp.vmid, sp.suspendedAt.Format(time.TimeOnly), sp.stateBytes>>20, sp.resumedAt.Format(time.TimeOnly), sp.stepped, sp.addr, sp.ackedAt.Format(time.TimeOnly))
+	t.Logf("standby VM %d: suspended at %s (state %d MiB on the host), resumed at %s; the agent stepped its clock by %s (then %s off the host's at most) and renewed its lease of %s (acknowledged at %s)",
+		sp.vmid, sp.suspendedAt.Format(time.TimeOnly), sp.stateBytes>>20, sp.resumedAt.Format(time.TimeOnly), sp.stepped, sp.offBy.Round(time.Millisecond), sp.addr, sp.ackedAt.Format(time.TimeOnly))
 }
 
 // standbyProbe readies the standby tier and reads the resumed guest's own
@@ -106,7 +106,10 @@ type standbyProbe struct {
 	// What the probe found, once it succeeded.
 	resumedAt, ackedAt time.Time
 	stepped            time.Duration
-	addr               string
+	// offBy is how far the guest's clock was from the host's, at most
+	// (the call to read it included).
+	offBy time.Duration
+	addr  string
 	// lastJournal is the agent's journal as the probe last read it.
 	lastJournal string
 }
@@ -290,6 +293,7 @@ func (sp *standbyProbe) probe(ctx context.Context, w *devenv.World, vmid int, cl
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sp.resumedAt, sp.ackedAt, sp.stepped, sp.addr = resumedAt, l.ackedAt, stepped, addr
+	sp.offBy = max(guestNow.Sub(before).Abs(), after.Sub(guestNow).Abs())
 	return nil
 }
 
