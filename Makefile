@@ -434,22 +434,26 @@ GUEST_PARALLEL ?= 2
 # and identity on a real guest (the Proxmox API itself, the loop with the
 # agent from the operator, Proxmox's own cloud-init drive, static
 # addresses with the TPM on one guest, SPIFFE with a join token, and the
-# DHCP reservation against the real ISC client) and a GitHub job on a
-# guest of a real libvirtd (devenv Options.Libvirt) taken from the standby
-# tier (booted, suspended to disk with a managed save, resumed for the
-# job), 8 guests of make test-guest's 12. Left to make test-guest: the
-# DHCP client identifier scenarios on real guests (two guests; CI keeps the ISC client's against
-# the same dnsmasq) and the GitLab and Buildkite jobs on real guests (CI
-# runs both platforms' loops with the same agent in the simulated VMs of
-# make test and make test-e2e). Each guest that boots costs about 70 to
-# 100 CPU-seconds of QEMU (TCG), most of it cloud-init's Python
-# (docs/testing.md, "CI timings"); only three of the 8 boot (the TPM guest
-# with static addresses, Proxmox's drive, the libvirt guest: libvirt's
-# clones resume no saved state), the others resume a saved
+# DHCP reservation against the real ISC client), a GitHub job on a guest
+# of a real libvirtd (devenv Options.Libvirt) taken from the standby tier
+# (booted, suspended to disk with a managed save, resumed for the job, its
+# clock checked), and the standby tier on a real guest of the Proxmox
+# simulator (TestStandbyOnRealGuest: its VM suspended to disk and resumed
+# for its job, with its clock, entropy and DHCP lease made fresh by the
+# agent; it resumes twice, the image's state and then its own, and boots
+# none), 9 guests of make test-guest's 13. Left to make test-guest: the
+# DHCP client identifier scenarios on real guests (two guests; CI keeps the
+# ISC client's against the same dnsmasq) and the GitLab and Buildkite jobs
+# on real guests (CI runs both platforms' loops with the same agent in the
+# simulated VMs of make test and make test-e2e). Each guest that boots
+# costs about 70 to 100 CPU-seconds of QEMU (TCG), most of it cloud-init's
+# Python (docs/testing.md, "CI timings"); only three of the 9 boot (the TPM
+# guest with static addresses, Proxmox's drive, the libvirt guest:
+# libvirt's clones resume no saved state), the others resume a saved
 # state, about 20 each (docs/guest-snapshots.md). Each QEMU's CPU time
 # goes to $(GUEST_TIMINGS)/qemu-cpu.log.
 GUEST_RUN ?= .*
-GUEST_SMALL_RUN := ^(TestRealGuestThroughTheProxmoxAPI|TestRunnerPoolJobsOnRealGuests|TestProxmoxDeliveryOnRealGuests|TestTPMAndStaticAddressOnRealGuest|TestSPIFFEOnRealGuest|TestDHCPReservationWithISCClient|TestGitHubJobOnLibvirt)$$
+GUEST_SMALL_RUN := ^(TestRealGuestThroughTheProxmoxAPI|TestRunnerPoolJobsOnRealGuests|TestProxmoxDeliveryOnRealGuests|TestTPMAndStaticAddressOnRealGuest|TestSPIFFEOnRealGuest|TestDHCPReservationWithISCClient|TestGitHubJobOnLibvirt|TestStandbyOnRealGuest)$$
 
 .PHONY: test-guest test-guest-small
 test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests of the image hack/guest-image builds from docs/templates.md.
@@ -458,7 +462,7 @@ test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests
 	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))" HF_GUEST_TIMINGS_OUT="$(GUEST_TIMINGS)" \
 		HF_QEMU_CPU_LOG="$(GUEST_TIMINGS)/qemu-cpu.log" hack/go-test-shards.sh -v -n $(GUEST_PARALLEL) -tags guest -timeout $(GUEST_TIMEOUT) -run '$(GUEST_RUN)' ./test/guest
 
-test-guest-small: ## The real-guest scenarios CI runs (GUEST_SMALL_RUN: 8 guests of make test-guest's 12).
+test-guest-small: ## The real-guest scenarios CI runs (GUEST_SMALL_RUN: 9 guests of make test-guest's 13).
 	$(MAKE) test-guest GUEST_RUN='$(GUEST_SMALL_RUN)'
 
 .PHONY: dev

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -47,4 +48,14 @@ func (hostSystem) AddEntropy(seed []byte) error {
 		return fmt.Errorf("RNDRESEEDCRNG: %w", err)
 	}
 	return nil
+}
+
+// RenewLeases has the guest's DHCP clients renew their leases
+// (leaseRenewer), within two minutes: a client the server does not answer
+// gives up after its own timeout (dhclient's is a minute).
+func (hostSystem) RenewLeases(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	l := leaseRenewer{root: "/", run: runCommand, terminate: func(pid int) error { return unix.Kill(pid, unix.SIGTERM) }}
+	return l.renew(ctx)
 }

@@ -2,13 +2,18 @@
 
 package agent
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // hostSystem is the guest's own system where the agent has no way to
-// step the clock or reseed (Windows guests take their time from the
-// hypervisor's time service): freshen goes on without it.
+// step the clock, reseed or renew leases (Windows guests take their time
+// from the hypervisor's time service): freshen goes on without it.
 type hostSystem struct{}
 
 func (hostSystem) SetClock(time.Time) error { return errNotSupported }
 
 func (hostSystem) AddEntropy([]byte) error { return errNotSupported }
+
+func (hostSystem) RenewLeases(context.Context) ([]string, error) { return nil, errNotSupported }

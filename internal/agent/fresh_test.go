@@ -19,10 +19,10 @@ import (
 
 // recordingSystem records what freshen asks of the guest, in order.
 type recordingSystem struct {
-	calls              []string
-	seed               []byte
-	clock              time.Time
-	entropyErr, setErr error
+	calls                         []string
+	seed                          []byte
+	clock                         time.Time
+	entropyErr, setErr, leasesErr error
 }
 
 func (r *recordingSystem) SetClock(t time.Time) error {
@@ -35,6 +35,11 @@ func (r *recordingSystem) AddEntropy(seed []byte) error {
 	return r.entropyErr
 }
 
+func (r *recordingSystem) RenewLeases(context.Context) ([]string, error) {
+	r.calls = append(r.calls, "leases")
+	return []string{"eth0"}, r.leasesErr
+}
+
 func freshness(t *testing.T, at time.Time) *agentconfig.Freshness {
 	t.Helper()
 	seed := make([]byte, agentconfig.FreshEntropyBytes)
@@ -42,6 +47,13 @@ func freshness(t *testing.T, at time.Time) *agentconfig.Freshness {
 		t.Fatal(err)
 	}
 	return &agentconfig.Freshness{Time: at, Entropy: seed}
+}
+
+// resumedFreshness is freshness for a VM the operator resumed.
+func resumedFreshness(t *testing.T, at time.Time) *agentconfig.Freshness {
+	f := freshness(t, at)
+	f.Resumed = true
+	return f
 }
 
 func TestFreshen(t *testing.T) {
@@ -58,27 +70,33 @@ func TestFreshen(t *testing.T) {
 		wantFail  string
 	}{
 		{name: "no freshness: an operator from before it", wantCalls: nil},
-		{name: "clock close enough: entropy only", fresh: freshness(t, time.Now()), wantCalls: []string{"entropy"}},
-		{name: "resumed hours later: entropy, then the clock", fresh: freshness(t, suspended), wantCalls: []string{"entropy", "clock"}},
-		{name: "clock ahead is stepped back too", fresh: freshness(t, time.Now().Add(-time.Hour)), wantCalls: []string{"entropy", "clock"}},
+		{name: "clock close enough (not resumed): entropy only", fresh: freshness(t, time.Now()), wantCalls: []string{"entropy"}},
+		{name: "resumed hours later: entropy, the clock, then the leases", fresh: freshness(t, suspended), wantCalls: []string{"entropy", "clock", "leases"}},
+		{name: "clock ahead is stepped back too", fresh: freshness(t, time.Now().Add(-time.Hour)), wantCalls: []string{"entropy", "clock", "leases"}},
 		// The agent read the document 9 s after its write (a guest busy
 		// after its resume): its clock, right, is not set back to the
 		// document's time.
+		// Under TCG a restored guest's clock may be right: the operator's
+		// word that it resumed the VM renews the leases all the same.
+		{name: "resumed by the operator, clock right: entropy, then the leases", fresh: resumedFreshness(t, time.Now()),
+			wantCalls: []string{"entropy", "leases"}},
 		{name: "read late, clock right: not stepped back", fresh: freshness(t, time.Now().Add(-9*time.Second)), since: 9 * time.Second,
 			wantCalls: []string{"entropy"}},
 		{name: "read late, resumed hours later: stepped to the operator's now", fresh: freshness(t, suspended.Add(-9*time.Second)), since: 9 * time.Second,
-			wantCalls: []string{"entropy", "clock"}},
+			wantCalls: []string{"entropy", "clock", "leases"}},
 		{name: "reseed fails: no secret used, clock untouched", fresh: freshness(t, suspended), sys: recordingSystem{entropyErr: syscall.EPERM},
 			wantCalls: []string{"entropy"}, wantFail: "reseed the random number generator"},
 		{name: "clock step fails", fresh: freshness(t, suspended), sys: recordingSystem{setErr: syscall.EPERM},
 			wantCalls: []string{"entropy", "clock"}, wantFail: "step the clock"},
-		{name: "a system without the calls goes on", fresh: freshness(t, suspended), sys: recordingSystem{entropyErr: errNotSupported, setErr: errNotSupported},
-			wantCalls: []string{"entropy", "clock"}},
+		{name: "lease renewal fails", fresh: freshness(t, suspended), sys: recordingSystem{leasesErr: errors.New("dhclient exited 2")},
+			wantCalls: []string{"entropy", "clock", "leases"}, wantFail: "renew the DHCP leases"},
+		{name: "a system without the calls goes on", fresh: freshness(t, suspended), sys: recordingSystem{entropyErr: errNotSupported, setErr: errNotSupported, leasesErr: errNotSupported},
+			wantCalls: []string{"entropy", "clock", "leases"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			sys := c.sys
-			err := freshen(log, &sys, c.fresh, c.since, ExitNoSecrets)
+			err := freshen(t.Context(), log, &sys, c.fresh, c.since, ExitNoSecrets)
 			if !slices.Equal(sys.calls, c.wantCalls) {
 				t.Errorf("calls %v, want %v", sys.calls, c.wantCalls)
 			}
@@ -94,7 +112,7 @@ func TestFreshen(t *testing.T) {
 			if c.fresh == nil {
 				return
 			}
-			if want := c.fresh.Time.Add(c.since); len(sys.calls) == 2 && !sys.clock.Equal(want) {
+			if want := c.fresh.Time.Add(c.since); slices.Contains(sys.calls, "clock") && !sys.clock.Equal(want) {
 				t.Errorf("clock stepped to %v, want the operator's %v (its time at the write and %s since)", sys.clock, want, c.since)
 			}
 		})
@@ -133,8 +151,8 @@ func TestGuestSecretsFreshenFirst(t *testing.T) {
 		t.Fatalf("waitGuestSecrets = %+v, %v", g, err)
 	}
 	want := fresh.Time.Add(readLate)
-	if !slices.Equal(sys.calls, []string{"entropy", "clock"}) || sys.clock.Before(want) || sys.clock.After(want.Add(agentconfig.MaxClockSkew)) {
-		t.Errorf("the guest saw %v (clock %v), want its entropy and its clock made fresh, at %v (the operator's time at the write and the %s since)",
+	if !slices.Equal(sys.calls, []string{"entropy", "clock", "leases"}) || sys.clock.Before(want) || sys.clock.After(want.Add(agentconfig.MaxClockSkew)) {
+		t.Errorf("the guest saw %v (clock %v), want its entropy, its clock and its leases made fresh, the clock at %v (the operator's time at the write and the %s since)",
 			sys.calls, sys.clock, want, readLate)
 	}
 

@@ -82,7 +82,7 @@ func waitGuestSecrets(parent, ctx context.Context, log *slog.Logger, sys GuestSy
 					log.Error("cannot remove the secrets file", "path", path, "error", err)
 				}
 				log.Info("secrets received from the operator; their file removed", "path", path, "waited", time.Since(started).Round(time.Millisecond))
-				if err := freshen(log, sys, g.Fresh, sinceWritten, code); err != nil {
+				if err := freshen(ctx, log, sys, g.Fresh, sinceWritten, code); err != nil {
 					return agentconfig.GuestSecrets{}, err
 				}
 				return g, nil

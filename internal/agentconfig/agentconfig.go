@@ -392,6 +392,10 @@ type Freshness struct {
 	// entropy is FreshEntropyBytes random bytes drawn for this VM alone
 	// (base64 in JSON).
 	Entropy []byte `json:"entropy"`
+	// resumed says the operator resumed the VM from its standby tier (a
+	// suspend to disk) before this delivery: the agent renews its DHCP
+	// leases whatever its clock says.
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 // FreshEntropyBytes is the size of Freshness.Entropy: 256 bits, what

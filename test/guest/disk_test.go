@@ -167,6 +167,9 @@ func scanBytes(path string, secrets map[string]string) ([]string, error) {
 type placedSecrets struct {
 	mu   sync.Mutex
 	byVM map[int]map[string]string
+	// firstAt is when the first secrets document was written into each
+	// VM (its "credential placed" milestone).
+	firstAt map[int]time.Time
 	// uploaded counts uploads to a storage (cloud-init ISOs).
 	uploaded int
 }
@@ -192,6 +195,9 @@ func (p *placedSecrets) observe(r *http.Request) {
 	if p.byVM[vmid] == nil {
 		p.byVM[vmid] = map[string]string{}
 	}
+	if _, seen := p.firstAt[vmid]; !seen {
+		p.firstAt[vmid] = time.Now()
+	}
 	for what, v := range map[string]string{"jitConfig": doc.JITConfig, "registrationToken": doc.RegistrationToken, "joinToken": doc.JoinToken, "enrollmentProof": doc.EnrollmentProof, "brokerProof": doc.BrokerProof} {
 		if v != "" {
 			p.byVM[vmid][v] = what
@@ -204,6 +210,14 @@ func (p *placedSecrets) uploads() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.uploaded
+}
+
+// placedAt is when the first secrets document was written into VM vmid.
+func (p *placedSecrets) placedAt(vmid int) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at, ok := p.firstAt[vmid]
+	return at, ok
 }
 
 // of is what was placed in VM vmid.

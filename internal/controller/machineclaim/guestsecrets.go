@@ -200,6 +200,7 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 	if doc.Fresh, err = s.freshness(); err != nil {
 		return 0, "", err
 	}
+	doc.Fresh.Resumed = claim.Status.Standby != nil && claim.Status.Standby.ResumedAt != nil
 	content, err := json.Marshal(doc)
 	clear(doc.Fresh.Entropy)
 	if err != nil {

@@ -67,15 +67,18 @@ type StorageState struct {
 // VolumeState is one volume. Data holds uploaded bytes (base64 in JSON);
 // Files holds the files inside an uploaded ISO, as text.
 type VolumeState struct {
-	VolID   string            `json:"volid"`
-	Node    string            `json:"node,omitempty"`
-	Content string            `json:"content"`
-	Format  string            `json:"format"`
-	Size    int64             `json:"size"`
-	VMID    int               `json:"vmid,omitempty"`
-	Linked  bool              `json:"linked,omitempty"`
-	Data    []byte            `json:"data,omitempty"`
-	Files   map[string]string `json:"files,omitempty"`
+	VolID   string `json:"volid"`
+	Node    string `json:"node,omitempty"`
+	Content string `json:"content"`
+	Format  string `json:"format"`
+	Size    int64  `json:"size"`
+	VMID    int    `json:"vmid,omitempty"`
+	Linked  bool   `json:"linked,omitempty"`
+	Data    []byte `json:"data,omitempty"`
+	// File is the host file that holds the content instead of Data (a
+	// real guest's saved state).
+	File  string            `json:"file,omitempty"`
+	Files map[string]string `json:"files,omitempty"`
 }
 
 // TaskState is one task in a State dump.
@@ -111,7 +114,7 @@ func (s *Simulator) State() State {
 		ss := StorageState{ID: sid, Type: so.typ, Shared: so.shared, Volumes: []VolumeState{}}
 		for _, vol := range sortedVolumes(so) {
 			vs := VolumeState{VolID: vol.volid, Node: vol.scope, Content: vol.content, Format: vol.format, Size: vol.size,
-				VMID: vol.vmid, Linked: vol.linked, Data: append([]byte(nil), vol.data...)}
+				VMID: vol.vmid, Linked: vol.linked, Data: append([]byte(nil), vol.data...), File: vol.file}
 			if vol.content == "iso" && len(vol.data) > 0 {
 				if files, err := readISOFiles(vol.data); err == nil {
 					vs.Files = map[string]string{}

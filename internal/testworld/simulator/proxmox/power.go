@@ -267,7 +267,7 @@ func (s *Simulator) handleDestroy(q *apiRequest) (any, error) {
 		}
 		for _, volid := range s.volumesOwnedLocked(v) {
 			if st, vol := s.findVolumeLocked(volid, v.node); vol != nil {
-				delete(st.volumes, volumeKey(vol.scope, vol.volid))
+				s.freeVolumeLocked(st, vol)
 				t.logf("Removed volume '%s'", volid)
 			}
 		}

@@ -105,6 +105,13 @@ type realGuest struct {
 	// must give it.
 	seed *seedDoc
 	addr string
+	// ownState is the VM's own saved state this QEMU loads (a resume from
+	// its suspend to disk, suspend.go), removed once loaded; empty for
+	// any other start.
+	ownState string
+	// saving: the guest's state is being saved (suspendRealLocked), and
+	// QEMU's exit is the save's to handle, not a power-off.
+	saving bool
 }
 
 // realGuestsLocked returns the runner, creating it (and its work
@@ -161,16 +168,12 @@ func (r *realGuests) startLocked(v *vm, gen int) error {
 			return fmt.Errorf("start failed: %w", err)
 		}
 	}
-	sockDir, err := os.MkdirTemp("", "hf-qemu-")
-	if err != nil {
-		return fmt.Errorf("start failed: %w", err)
-	}
 	m := qemu.Machine{
 		Binary: r.cfg.Binary, Accel: r.cfg.Accel, Name: fmt.Sprintf("%d-%s", v.vmid, v.conf["name"]),
 		CPU: cpuModel(v.conf["cpu"]), Cores: v.cores(), MemoryMiB: int(v.memoryMiB()),
 		Kernel: img.Kernel, Initrd: img.Initrd, Append: img.Append,
 		Disk: overlay, CDROM: iso, CDROMID: isoKey, MAC: strings.ToLower(macOf(v.conf["net0"])),
-		Net: r.s.userNet(v.ipv4), Console: filepath.Join(dir, "console.log"), SocketDir: sockDir,
+		Net: r.s.userNet(v.ipv4), Console: filepath.Join(dir, "console.log"),
 		VMGenID: v.conf["vmgenid"],
 	}
 	if m.Append == "" {
@@ -188,12 +191,25 @@ func (r *realGuests) startLocked(v *vm, gen int) error {
 		m.Net.Guest = previousIPv4(m.Net.Guest)
 	}
 	if tn := r.cfg.Network; tn != nil {
+		var err error
 		if m.Tap, err = tapOf(tn, v.vmid, dir); err != nil {
-			_ = os.RemoveAll(sockDir)
 			return fmt.Errorf("start failed: %w", err)
 		}
 	}
-	tpm, err := r.startTPMLocked(v, dir, sockDir)
+	return r.launchLocked(v, m, &realGuest{gen: gen, seed: seed, addr: addr})
+}
+
+// launchLocked starts m as v's QEMU for g (its boot generation and what
+// follows the start filled in): the machine's sockets in a directory of
+// their own, its swtpm when v has a TPM, then QEMU, watched until it
+// exits and until its guest agent answers.
+func (r *realGuests) launchLocked(v *vm, m qemu.Machine, g *realGuest) error {
+	sockDir, err := os.MkdirTemp("", "hf-qemu-")
+	if err != nil {
+		return fmt.Errorf("start failed: %w", err)
+	}
+	m.SocketDir = sockDir
+	tpm, err := r.startTPMLocked(v, r.vmDir(v.vmid), sockDir)
 	if err != nil {
 		_ = os.RemoveAll(sockDir)
 		return fmt.Errorf("start failed: %w", err)
@@ -208,7 +224,7 @@ func (r *realGuests) startLocked(v *vm, gen int) error {
 		return fmt.Errorf("start failed: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &realGuest{proc: p, gen: gen, sockDir: sockDir, stop: cancel, tpm: tpm, node: v.node, seed: seed, addr: addr}
+	g.proc, g.sockDir, g.stop, g.tpm, g.node = p, sockDir, cancel, tpm, v.node
 	r.vms[v.vmid] = g
 	r.wg.Add(2)
 	go r.waitExit(v.vmid, g)
@@ -377,7 +393,7 @@ func (r *realGuests) waitExit(vmid int, g *realGuest) {
 		return
 	}
 	s.log.Info("QEMU exited", "vmid", vmid, "err", g.proc.Err())
-	if v := s.vms[vmid]; v != nil && v.running && v.bootGen == g.gen {
+	if v := s.vms[vmid]; v != nil && v.running && v.bootGen == g.gen && !g.saving {
 		s.powerOffLocked(v)
 	}
 }
@@ -398,8 +414,13 @@ func (r *realGuests) waitAgent(ctx context.Context, vmid int, g *realGuest) {
 			return
 		}
 		r.s.log.Info("Real guest resumed and configured", "vmid", vmid, "took", time.Since(start).Round(time.Millisecond))
-	} else if err := qemu.WaitAgent(ctx, g.proc.Machine.AgentSocket(), g.proc.Done()); err != nil {
-		return
+	} else {
+		if g.ownState != "" && !r.loadOwnState(ctx, vmid, g) {
+			return
+		}
+		if err := qemu.WaitAgent(ctx, g.proc.Machine.AgentSocket(), g.proc.Done()); err != nil {
+			return
+		}
 	}
 	s := r.s
 	s.mu.Lock()

@@ -6,8 +6,11 @@ import (
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
+	"io/fs"
+	"os"
 	"path"
 	"regexp"
 	"sort"
@@ -39,6 +42,10 @@ type volume struct {
 	vmid    int
 	ctime   int64
 	data    []byte // uploaded file contents
+	// file, when set, holds the volume's content on the host instead of
+	// data (a real guest's saved state: realguest_suspend.go); it goes
+	// with the volume (freeVolumeLocked).
+	file string
 	// linked volumes share blocks with their base and use no space.
 	linked bool
 }
@@ -170,6 +177,17 @@ func (s *Simulator) addVolumeLocked(st *storage, scope string, v *volume) {
 		v.ctime = s.clock.Now().Unix()
 	}
 	st.volumes[volumeKey(scope, v.volid)] = v
+}
+
+// freeVolumeLocked removes vol from st, and its file from the host.
+func (s *Simulator) freeVolumeLocked(st *storage, vol *volume) {
+	delete(st.volumes, volumeKey(vol.scope, vol.volid))
+	if vol.file == "" {
+		return
+	}
+	if err := os.Remove(vol.file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("Cannot remove the file of a freed volume", "volume", vol.volid, "file", vol.file, "err", err)
+	}
 }
 
 // findVolumeLocked finds volid as seen from nodeName.
@@ -346,11 +364,12 @@ func (s *Simulator) handleDeleteContent(q *apiRequest) (any, error) {
 			t.finish(at, err)
 			return
 		}
-		if st.volumes[key] == nil {
+		vol := st.volumes[key]
+		if vol == nil {
 			t.finish(at, fmt.Errorf("unlink '%s' failed - No such file or directory", st.volumePath(volid)))
 			return
 		}
-		delete(st.volumes, key)
+		s.freeVolumeLocked(st, vol)
 		t.logf("Removed volume '%s'", volid)
 		t.finish(at, nil)
 	})

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/qemu"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox/privileges"
 )
 
@@ -35,7 +36,9 @@ import (
 // A suspend moves it into the state volume (memoryImage) and a resume puts
 // it back, so that while the VM is suspended it is at rest on storage
 // (State shows it), as a real guest's memory is. The guest program is
-// stopped where it is and continued by the resume (see savedGuest).
+// stopped where it is and continued by the resume (see savedGuest). A
+// real (QEMU) guest's memory is QEMU's own saved state, in a file that is
+// the state volume's content (realguest_suspend.go).
 
 // The locks of a suspend to disk (RunState.pm vm_suspend).
 const (
@@ -59,18 +62,20 @@ var (
 	)
 )
 
-// errRealGuestSuspend fails the task of a suspend (or pause) of a real
-// guest: not modelled (README.md, "Known approximations").
-var errRealGuestSuspend = errors.New("proxmox-sim: suspending a real (QEMU) guest is not modelled")
+// errRealGuestPause fails the task of a pause (a suspend without todisk)
+// of a real guest: not modelled (README.md, "Known approximations").
+var errRealGuestPause = errors.New("proxmox-sim: pausing a real (QEMU) guest is not modelled")
 
 // savedGuest is what a suspend to disk (or a pause) keeps of the simulated
 // guest beside its memory: whether its agent answered and whether its
 // program ran (a process program is stopped, SIGSTOP, and continued at
 // resume; an in-process one is ended and started again over the restored
-// files).
+// files). Of a real guest it keeps the machine QEMU ran, which the QEMU
+// that resumes its state must be.
 type savedGuest struct {
 	agentUp    bool
 	programRan bool
+	machine    *qemu.Machine
 }
 
 // handleSuspend is POST .../status/suspend: synchronously what vm_suspend
@@ -111,6 +116,12 @@ func (s *Simulator) handleSuspend(q *apiRequest) (any, error) {
 			t.finish(at, err)
 			return
 		}
+		if v.image != nil {
+			// QEMU writes a real guest's memory in its own time: no
+			// modelled duration.
+			s.suspendRealGuestLocked(v, volid, t)
+			return
+		}
 		gib := float64(v.memoryBytes()) / (1 << 30)
 		d := s.cfg.Latency.Suspend.D() + time.Duration(gib*float64(s.cfg.Latency.SuspendPerGiB.D()))
 		s.afterLocked(d, func(at time.Time) {
@@ -142,7 +153,7 @@ func (s *Simulator) pauseLocked(v *vm, skiplock bool) error {
 		return fmt.Errorf("VM %d not running", v.vmid)
 	}
 	if v.image != nil {
-		return errRealGuestSuspend
+		return errRealGuestPause
 	}
 	if v.paused {
 		return nil
@@ -172,9 +183,6 @@ func (s *Simulator) beginSuspendLocked(v *vm, st *storage, skiplock bool, at tim
 	if !v.running {
 		return "", fmt.Errorf("VM %d not running", v.vmid)
 	}
-	if v.image != nil {
-		return "", errRealGuestSuspend
-	}
 	volid := vmstateVolid(st, v.vmid, at)
 	scope := st.scope(v.node)
 	if st.volumes[volumeKey(scope, volid)] != nil {
@@ -197,14 +205,9 @@ func (s *Simulator) endSuspendLocked(v *vm, volid string) error {
 	if s.vms[v.vmid] != v || v.conf["lock"] != lockSuspending {
 		return fmt.Errorf("lock changed unexpectedly")
 	}
-	st, vol := s.findVolumeLocked(volid, v.node)
+	_, vol := s.findVolumeLocked(volid, v.node)
 	if !v.running || vol == nil {
-		if vol != nil {
-			delete(st.volumes, volumeKey(vol.scope, volid))
-		}
-		for _, k := range []string{"vmstate", "runningmachine", "runningcpu"} {
-			delete(v.conf, k)
-		}
+		s.failSuspendLocked(v, volid)
 		return fmt.Errorf("VM %d not running", v.vmid)
 	}
 	image, err := s.takeMemoryLocked(v)
@@ -214,16 +217,33 @@ func (s *Simulator) endSuspendLocked(v *vm, volid string) error {
 	vol.data = image
 	// A paused VM's program is held already (an in-process one ended).
 	paused := v.saved
-	v.saved = &savedGuest{agentUp: v.agentUp, programRan: paused != nil && paused.programRan}
+	saved := &savedGuest{agentUp: v.agentUp, programRan: paused != nil && paused.programRan}
 	if s.guest != nil && s.guest.freezeLocked(v.vmid) {
-		v.saved.programRan = true
+		saved.programRan = true
 	}
-	// QEMU quits: the VM holds no process and no host memory; events of
-	// this boot (the agent coming up) are void.
-	v.running, v.agentUp, v.pid, v.paused = false, false, 0, false
-	v.bootGen++
+	s.quitSavedLocked(v, saved)
 	v.conf["lock"] = lockSuspended
 	return nil
+}
+
+// failSuspendLocked is vm_suspend's cleanup after a failed save: the
+// state volume is freed and its keys removed; "lock: suspending" stays.
+func (s *Simulator) failSuspendLocked(v *vm, volid string) {
+	if st, vol := s.findVolumeLocked(volid, v.node); vol != nil {
+		s.freeVolumeLocked(st, vol)
+	}
+	for _, k := range []string{"vmstate", "runningmachine", "runningcpu"} {
+		delete(v.conf, k)
+	}
+}
+
+// quitSavedLocked is QEMU's quit once the guest's state is saved: the VM
+// holds no process and no host memory, events of this boot (the agent
+// coming up) are void, and saved is what its resume takes up.
+func (s *Simulator) quitSavedLocked(v *vm, saved *savedGuest) {
+	v.saved = saved
+	v.running, v.agentUp, v.pid, v.paused = false, false, 0, false
+	v.bootGen++
 }
 
 // handleResume is POST .../status/resume: a VM locked "suspended" is
@@ -298,6 +318,23 @@ func (s *Simulator) resumeFromDiskLocked(v *vm, t *task, at time.Time) error {
 		return fmt.Errorf("start failed: QEMU exited with code 1")
 	}
 	t.logf("Resuming suspended VM")
+	resume := s.resumeSimulatedGuestLocked
+	if v.image != nil {
+		resume = s.resumeRealGuestLocked
+	}
+	if err := resume(v, vol, at); err != nil {
+		return err
+	}
+	t.logf("Resumed VM, removing state")
+	s.dropVMStateLocked(v)
+	delete(v.conf, "lock")
+	return nil
+}
+
+// resumeSimulatedGuestLocked puts a simulated guest back as it was saved
+// in vol: its memory, its agent, its program continued (or started, if
+// the suspend came before it).
+func (s *Simulator) resumeSimulatedGuestLocked(v *vm, vol *volume, at time.Time) error {
 	if err := s.restoreMemoryLocked(v, vol.data); err != nil {
 		return fmt.Errorf("start failed: QEMU exited with code 1: %w", err)
 	}
@@ -322,9 +359,6 @@ func (s *Simulator) resumeFromDiskLocked(v *vm, t *task, at time.Time) error {
 	if !saved.agentUp {
 		s.scheduleAgentLocked(v, gen, at)
 	}
-	t.logf("Resumed VM, removing state")
-	s.dropVMStateLocked(v)
-	delete(v.conf, "lock")
 	return nil
 }
 
@@ -334,7 +368,7 @@ func (s *Simulator) resumeFromDiskLocked(v *vm, t *task, at time.Time) error {
 func (s *Simulator) dropVMStateLocked(v *vm) {
 	if volid := v.conf["vmstate"]; volid != "" && privileges.OwnedBy(volid, strconv.Itoa(v.vmid)) {
 		if st, vol := s.findVolumeLocked(volid, v.node); vol != nil {
-			delete(st.volumes, volumeKey(vol.scope, volid))
+			s.freeVolumeLocked(st, vol)
 		}
 	}
 	for _, k := range []string{"vmstate", "running-nets-host-mtu", "runningmachine", "runningcpu"} {

@@ -296,7 +296,7 @@ func (s *Simulator) detachDriveLocked(v *vm, old string) {
 	}
 	if d.isCloudInit() {
 		if st, vol := s.findVolumeLocked(d.file, v.node); vol != nil {
-			delete(st.volumes, volumeKey(vol.scope, vol.volid))
+			s.freeVolumeLocked(st, vol)
 		}
 		return
 	}

@@ -125,8 +125,8 @@ func TestMachineArgs(t *testing.T) {
 			t.Errorf("QEMU arguments lack %q:\n%s", want, args)
 		}
 	}
-	m.CDROM = ""
+	m.CDROM, m.CDROMID = "", ""
 	if slices.ContainsFunc(m.Args(), func(a string) bool { return strings.Contains(a, "scsi-cd") }) {
-		t.Error("a CD-ROM without an ISO")
+		t.Error("a CD-ROM without an ISO or a drive id")
 	}
 }

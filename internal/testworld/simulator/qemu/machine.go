@@ -6,6 +6,7 @@
 package qemu
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -43,7 +44,9 @@ type Machine struct {
 	Disk, DiskFormat string
 	// CDROM is an ISO attached as a SCSI CD-ROM (the NoCloud seed); empty
 	// for none. CDROMID is its device id (the Proxmox config key, such as
-	// ide2), which QMP's eject names.
+	// ide2), which QMP's eject names. A CDROMID without CDROM is the drive
+	// with no medium: what a machine that ejected its ISO has, and what a
+	// QEMU resuming its saved state must have too.
 	CDROM, CDROMID string
 	// MAC is the virtio NIC's address (net0's macaddr).
 	MAC string
@@ -151,13 +154,14 @@ func (m Machine) Args() []string {
 			"-tpmdev", "emulator,id=tpmdev,chardev=tpmchar",
 			"-device", "tpm-tis,tpmdev=tpmdev")
 	}
-	if m.CDROM != "" {
-		id := m.CDROMID
-		if id == "" {
-			id = "cdrom0"
+	if m.CDROM != "" || m.CDROMID != "" {
+		id := cmp.Or(m.CDROMID, "cdrom0")
+		drive := "if=none,id=drive-" + id + ",media=cdrom,readonly=on"
+		if m.CDROM != "" {
+			drive = "file=" + m.CDROM + "," + drive
 		}
 		args = append(args,
-			"-drive", "file="+m.CDROM+",if=none,id=drive-"+id+",media=cdrom,readonly=on",
+			"-drive", drive,
 			"-device", "scsi-cd,bus=scsihw0.0,drive=drive-"+id+",id="+id)
 	}
 	if m.VMGenID != "" {

@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"testing"
@@ -70,5 +71,37 @@ func TestArgsIncoming(t *testing.T) {
 	}
 	if n := strings.Count(strings.Join(args, " "), "-incoming"); n != 1 {
 		t.Errorf("-incoming appears %d times", n)
+	}
+}
+
+// TestArgsCDROM: a machine's ISO is a SCSI CD-ROM under its config key;
+// a machine whose ISO was ejected keeps the drive with no medium (a
+// resumed QEMU must have every device of the saved one); a machine with
+// neither has no CD-ROM at all.
+//
+// Mutation: emitting the drive only with an ISO (the old condition)
+// drops the empty drive and fails this test.
+func TestArgsCDROM(t *testing.T) {
+	m := Machine{Name: "t", Kernel: "k", Initrd: "i", Disk: "d", MAC: "02:00:00:00:00:01", Console: "/tmp/c", SocketDir: "/tmp/s"}
+	if args := strings.Join(m.Args(), " "); strings.Contains(args, "scsi-cd") {
+		t.Fatalf("no CD-ROM asked, yet: %s", args)
+	}
+	cases := []struct {
+		iso, id, drive string
+	}{
+		{"/vm/ide2.iso", "ide2", "file=/vm/ide2.iso,if=none,id=drive-ide2,media=cdrom,readonly=on"},
+		{"", "ide2", "if=none,id=drive-ide2,media=cdrom,readonly=on"},
+		{"/vm/seed.iso", "", "file=/vm/seed.iso,if=none,id=drive-cdrom0,media=cdrom,readonly=on"},
+	}
+	for _, c := range cases {
+		m.CDROM, m.CDROMID = c.iso, c.id
+		args := m.Args()
+		if i := slices.Index(args, c.drive); i < 1 || args[i-1] != "-drive" {
+			t.Errorf("CD-ROM %q (%q): no -drive %s in %q", c.iso, c.id, c.drive, args)
+		}
+		dev := "scsi-cd,bus=scsihw0.0,drive=drive-" + cmp.Or(c.id, "cdrom0") + ",id=" + cmp.Or(c.id, "cdrom0")
+		if i := slices.Index(args, dev); i < 1 || args[i-1] != "-device" {
+			t.Errorf("CD-ROM %q (%q): no -device %s in %q", c.iso, c.id, dev, args)
+		}
 	}
 }
