@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"pgregory.net/rapid"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -248,9 +249,37 @@ func TestStandbyClaimLifecycle(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The guest renews its DHCP lease before it uses its credential, and
+	// the server gives it another address: once its runner registered,
+	// the claim reads the addresses again and reports the new one.
+	got = w.get(c)
+	renewed := "192.0.2.77"
+	if err := w.hv.SetGuestAddress(w.vmidOf(got), renewed); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(got.Status.Network.Addresses, renewed) {
+		t.Fatalf("the claim reports %v before the renewal", got.Status.Network.Addresses)
+	}
+	now := metav1.NewTime(w.clk.Now())
+	got.Status.Bootstrap.RegisteredAt = &now
+	if err := w.kube.Status().Update(w.ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	w.runUntil("the renewed address reported", func() error {
+		got := w.get(c)
+		if got == nil || got.Status.Network == nil || !slices.Equal(got.Status.Network.Addresses, []string{renewed}) {
+			return w.pending("addresses", got)
+		}
+		return nil
+	})
+	if cond := hfv1.FindCondition(w.get(c).Status.Conditions, hfv1.MachineClaimProvisionedCondition); cond == nil || !strings.Contains(cond.Message, renewed) {
+		t.Errorf("Provisioned %+v, want it to name the renewed address %s", cond, renewed)
+	}
+
 	events := w.rec.of(c.Name)
-	for _, want := range []hfv1.ConditionReason{hfv1.StandingByReason, hfv1.ResumingReason} {
-		if !slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, string(want)) }) {
+	for _, want := range []string{string(hfv1.StandingByReason), string(hfv1.ResumingReason), "AddressesChanged"} {
+		if !slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, want) }) {
 			t.Errorf("events %v: none %s", events, want)
 		}
 	}

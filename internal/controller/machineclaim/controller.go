@@ -291,7 +291,7 @@ func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
 // checkSupported acts only on a claim without a VM reference.
 func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
 	return []phase.Func[*claimScope]{r.checkSupported, r.DNS.ensure, r.loadDependencies, r.loadProvider, r.holdStandby, r.validation.checkNetwork,
-		r.ensureSecrets, r.Identity.checkAttestation, r.ensureStoredCredential, r.checkRunning}
+		r.ensureSecrets, r.Identity.checkAttestation, r.ensureStoredCredential, r.rereadResumedAddresses, r.checkRunning}
 }
 
 // endPhases tear an ended claim down, its DNS records first (dns.go),

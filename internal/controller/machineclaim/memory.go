@@ -60,6 +60,9 @@ type claimRecord struct {
 	// (validation.go).
 	validating bool
 	validated  *validationRound
+	// addressesReread is set once a resumed claim read its VM's addresses
+	// again after the guest renewed its DHCP leases (standby.go).
+	addressesReread bool
 }
 
 // edit runs f on the claim's record, creating it.
@@ -125,6 +128,14 @@ func (m *claimMemory) failed(uid types.UID) (before int) {
 // succeeded ends the claim's run of failures: its backoff starts over.
 func (m *claimMemory) succeeded(uid types.UID) {
 	m.change(uid, func(r *claimRecord) { r.failures = 0 })
+}
+
+// rereadAddresses reports whether the claim's resumed VM's addresses are
+// still to be read again after its lease renewal, and marks them read.
+func (m *claimMemory) rereadAddresses(uid types.UID) bool {
+	first := false
+	m.edit(uid, func(r *claimRecord) { first, r.addressesReread = !r.addressesReread, true })
+	return first
 }
 
 // provisioned clears what a failed provider step left: the backoff, the

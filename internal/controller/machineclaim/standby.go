@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -230,4 +232,37 @@ func pastTense(a provider.PowerAction) string {
 		return "suspended to disk"
 	}
 	return "resumed"
+}
+
+// rereadResumedAddresses reads a resumed claim's VM's addresses once more
+// once its runner registered. The claim reported them when the resumed
+// guest answered, before its credential; the agent renews the guest's
+// DHCP leases before it uses the credential (a lease may have lapsed
+// while the VM stood by), and a server that refused the address held gave
+// the guest another, which the claim reports now (status.network; its DNS
+// records follow on the next pass). A failed read leaves the addresses as
+// they are: the running checks handle a VM gone.
+func (r *Reconciler) rereadResumedAddresses(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	st, boot := claim.Status.Standby, claim.Status.Bootstrap
+	if st == nil || st.ResumedAt == nil || claim.Spec.Standby || claim.Ended() || s.provider == nil ||
+		boot == nil || boot.RegisteredAt == nil || claim.Status.Network == nil || !r.memory.rereadAddresses(claim.UID) {
+		return phase.Next(), nil
+	}
+	call, res, err := r.prepareVMCall(ctx, s)
+	if call == nil {
+		return res, err
+	}
+	got, err := s.provider.EnsureVM(ctx, call.spec, call.prev)
+	if err != nil || got.Phase != provider.PhaseRunning {
+		ctrl.LoggerFrom(ctx).Info("Could not read the resumed VM's addresses again; keeping those read at its resume", "vm", claim.Status.VMRef.ID(), "err", err)
+		return phase.Next(), nil
+	}
+	if was := claim.Status.Network.Addresses; !slices.Equal(was, got.Addresses) {
+		claim.Status.Network = networkStatus(claim, call.tmpl, call.cluster, got)
+		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason, runningMessage(call.cluster.Name, got))
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "AddressesChanged",
+			"VM %s renewed its DHCP lease after its resume and has addresses %s (it had %s)", claim.Status.VMRef.ID(), strings.Join(got.Addresses, ", "), strings.Join(was, ", "))
+	}
+	return phase.Next(), nil
 }

@@ -194,6 +194,12 @@ func (r *Reconciler) settleVM(ctx context.Context, s *claimScope, call *vmCall, 
 	return out, nil
 }
 
+// runningMessage is the Provisioned condition's message of a claim whose
+// VM runs, as res reports it.
+func runningMessage(cluster string, res *provider.EnsureResult) string {
+	return fmt.Sprintf("VM %s runs on %s/%s with addresses %s", res.Progress.ID, cluster, res.Progress.Node, strings.Join(res.Addresses, ", "))
+}
+
 // vmStanding records in facts (and the claim's network status) where the
 // provider says the claim's VM stands, and chooses when to call again; a
 // VM that stopped before it was ready is reported in poweredOff.
@@ -225,8 +231,7 @@ func vmStanding(ctx context.Context, claim *hfv1.MachineClaim, facts *claimFacts
 		return phase.StopAndRequeue(retry), ""
 	case provider.PhaseRunning:
 		claim.Status.Network = networkStatus(claim, call.tmpl, call.cluster, res)
-		facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
-			fmt.Sprintf("VM %s runs on %s/%s with addresses %s", res.Progress.ID, cluster, res.Progress.Node, strings.Join(res.Addresses, ", ")))
+		facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason, runningMessage(cluster, res))
 		facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
 		logRoutine(ctx, hfv1.ReadyReason, "VM %s is up on %s/%s", res.Progress.ID, cluster, res.Progress.Node)
 		// The running phases follow in this same pass (runStateList):

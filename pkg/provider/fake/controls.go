@@ -167,6 +167,12 @@ func (c *Cluster) RemoveGuestAgent(vmid int) error {
 	return c.editVM(vmid, func(v *vm) { v.guestAgent = false })
 }
 
+// SetGuestAddress makes VM vmid's guest report addr from now on, as a
+// guest whose DHCP server gave it another address would.
+func (c *Cluster) SetGuestAddress(vmid int, addr string) error {
+	return c.editVM(vmid, func(v *vm) { v.address = addr })
+}
+
 // editVM makes an admin's change to VM vmid, under the cluster's lock; an
 // error when there is no such VM.
 func (c *Cluster) editVM(vmid int, change func(v *vm)) error {

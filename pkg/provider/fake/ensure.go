@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -162,7 +163,7 @@ func (p *Provider) stepLocked(ctx context.Context, spec *provider.VMSpec, v *vm,
 		res.Phase, res.Message = provider.PhaseStopped, fmt.Sprintf("VM %d has run and is powered off", v.id)
 		return res, nil
 	}
-	res.Phase, res.Addresses = provider.PhaseRunning, []string{addressOf(v.id)}
+	res.Phase, res.Addresses = provider.PhaseRunning, []string{cmp.Or(v.address, addressOf(v.id))}
 	res.Message = fmt.Sprintf("VM %d is running at %s", v.id, res.Addresses[0])
 	return res, nil
 }

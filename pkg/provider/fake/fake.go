@@ -108,6 +108,9 @@ type vm struct {
 	// tpm says it has a TPM 2.0: its template's, or one its
 	// configuration added (VMSpec.TPM).
 	tpm bool
+	// address is what its guest reports once up: empty for the address
+	// its id gives (addressOf), else what SetGuestAddress set.
+	address string
 }
 
 // operation is one operation in flight on a VM; finish applies its effect
