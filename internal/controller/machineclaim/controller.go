@@ -31,6 +31,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/pace"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -130,8 +131,8 @@ type Reconciler struct {
 	// stored status (memory.go), dropped as a whole by forget.
 	memory claimMemory
 	// resumes learns how long each cluster takes to resume a standby
-	// VM (standby_pace.go).
-	resumes resumePace
+	// VM, by cluster name (paceResume).
+	resumes pace.Tasks
 	// lag keeps a reconcile from repeating a step against a cache older
 	// than this controller's last write of the claim (a second cloud-init
 	// delivery would issue a second runner credential), and drops a gone

@@ -9,13 +9,15 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/pace"
 )
 
 // TestResumePace: a resumed claim whose VM is still suspended looks again
-// when the cluster's resumes have been taking (a first guess before any
-// was seen), then every resumePoll; the pass that first finds the VM
-// back learns how long the resume took, a quarter of the way from what
-// was learnt before, per cluster; a claim not resuming is left alone.
+// as the cluster's resumes pace it (pkg/provider/pace: before anything is
+// learnt, soon and then a quarter of the time so far; once learnt, just
+// before the typical end); the pass that first finds the VM back learns
+// how long the resume took, per cluster; a later pass, or a claim not
+// resuming, is left alone.
 func TestResumePace(t *testing.T) {
 	r, _, clk, _ := serviceWorld(t)
 	resumedAt := metav1.NewTime(clk.Now())
@@ -33,41 +35,38 @@ func TestResumePace(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name  string
-		ph    provider.Phase
 		after time.Duration
 		want  time.Duration
 	}{
-		{"nothing learnt: the first guess", provider.PhaseSuspended, 300 * time.Millisecond, firstResumeGuess - 300*time.Millisecond},
-		{"past the guess: polled", provider.PhaseSuspended, 2 * time.Second, resumePoll},
+		{"nothing learnt, just asked", 0, pace.MinPoll},
+		{"nothing learnt, 4 s in: a quarter of that", 4 * time.Second, time.Second},
 	} {
-		if got := pass(claim(hfv1.ResumingReason), c.ph, c.after); got.After() != c.want {
+		if got := pass(claim(hfv1.ResumingReason), provider.PhaseSuspended, c.after); !got.Stopped() || got.After() != c.want {
 			t.Errorf("%s: look again after %s, want %s", c.name, got.After(), c.want)
 		}
 	}
-	// Back after 3 s: learnt; the next resume is looked at then.
+	// Back after 3 s: learnt; the next resume is looked at just before.
 	if got := pass(claim(hfv1.ResumingReason), provider.PhaseBooting, 3*time.Second); got.After() != standbyPoll {
 		t.Errorf("the pass that finds the VM back keeps its own result, got %s", got.After())
 	}
-	if got := r.resumes.next(unitCluster, 0); got != 3*time.Second {
-		t.Errorf("after a 3 s resume the next is looked at after %s, want 3s", got)
+	learnt := r.resumes.Next(unitCluster, 0)
+	if learnt < 2500*time.Millisecond || learnt >= 3*time.Second {
+		t.Errorf("after a 3 s resume the next is looked at after %s, want just before 3 s", learnt)
 	}
-	if got := r.resumes.next("another-cluster", 0); got != firstResumeGuess {
-		t.Errorf("another cluster's first resume: %s, want the first guess %s", got, firstResumeGuess)
+	if got := pass(claim(hfv1.ResumingReason), provider.PhaseSuspended, 3*time.Second); got.After() != pace.NearPoll {
+		t.Errorf("a resume due: look again after %s, want %s", got.After(), pace.NearPoll)
 	}
-	// A 7 s resume moves it a quarter of the way: 4 s.
-	r.resumes.learn(unitCluster, 7*time.Second)
-	if got := r.resumes.next(unitCluster, time.Second); got != 3*time.Second {
-		t.Errorf("after 3 s and 7 s resumes, one second in: look after %s, want 3s (4 s learnt)", got)
+	if got := r.resumes.Next("another-cluster", 0); got != pace.MinPoll {
+		t.Errorf("another cluster's first resume: %s, want %s (nothing learnt there)", got, pace.MinPoll)
 	}
 	// A later pass of the same claim (its condition no longer Resuming)
-	// learns nothing; a claim not resuming keeps its result.
-	before := r.resumes.next(unitCluster, 0)
+	// learns nothing; a claim never resumed keeps its result.
 	pass(claim(hfv1.BuildingVMReason), provider.PhaseRunning, time.Minute)
-	if got := r.resumes.next(unitCluster, 0); got != before {
-		t.Errorf("a later pass learnt again: %s, was %s", got, before)
+	if got := r.resumes.Next(unitCluster, 0); got != learnt {
+		t.Errorf("a later pass learnt again: %s, was %s", got, learnt)
 	}
 	cold := unitClaim("cold", 0)
 	if got := pass(&cold, provider.PhaseSuspended, time.Second); got.After() != standbyPoll {
-		t.Errorf("a claim that was never resumed: look after %s, want its own %s", got.After(), standbyPoll)
+		t.Errorf("a claim never resumed: look after %s, want its own %s", got.After(), standbyPoll)
 	}
 }

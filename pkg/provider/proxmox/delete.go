@@ -82,7 +82,7 @@ func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev prov
 			}
 			p.clearInflight(prog.VMID, t.ID)
 			if st.ok() {
-				p.pace.observe(t.Operation, p.clock.Since(t.StartTime))
+				p.pace.Observe(t.Operation, p.clock.Since(t.StartTime))
 				after = t.Operation
 			} else {
 				log.V(1).Info("Task failed; continuing the deletion", "operation", t.Operation, "exitStatus", st.ExitStatus)

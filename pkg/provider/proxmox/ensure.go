@@ -14,6 +14,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/nocloud"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/pace"
 )
 
 // Task operations written into Progress.Task.Operation.
@@ -35,15 +36,15 @@ const (
 )
 
 // Poll intervals: a task is polled just before the typical duration of its
-// kind on this cluster (pace.go); a task of a kind not seen yet, or one
+// kind on this cluster (pkg/provider/pace); a task of a kind not seen yet, or one
 // that is late, after a quarter of the time it has run so far, between
 // minPoll and maxPoll. The guest agent is polled after an
 // eighth of the boot so far, between bootPoll and maxBootPoll: every agent
 // call costs QMP work on the node, yet a runner's job waits on the boot, so
 // the delay after the guest is up stays under a second.
 const (
-	minPoll     = 250 * time.Millisecond
-	maxPoll     = 2 * time.Second
+	minPoll     = pace.MinPoll
+	maxPoll     = pace.MaxPoll
 	bootPoll    = 500 * time.Millisecond
 	maxBootPoll = time.Second
 	slotPoll    = time.Second
@@ -179,7 +180,7 @@ func pollDelay(p *Provider, t *provider.Task) time.Duration {
 	if t == nil {
 		return minPoll
 	}
-	return p.pace.next(t.Operation, p.clock.Since(t.StartTime))
+	return p.pace.Next(t.Operation, p.clock.Since(t.StartTime))
 }
 
 // phaseOf is the phase a running task stands for.
@@ -235,7 +236,7 @@ func (c *ensureCall) poll(ctx context.Context) (*provider.EnsureResult, bool, er
 	c.prog.Task = nil
 	c.p.clearInflight(c.prog.VMID, t.ID)
 	if st.ok() {
-		c.p.pace.observe(t.Operation, c.p.clock.Since(t.StartTime))
+		c.p.pace.Observe(t.Operation, c.p.clock.Since(t.StartTime))
 		if t.Operation == opClone || t.Operation == opStart {
 			// A success ends the run of failures its backoff counted.
 			c.p.resetBackoff(c.prog.VMID)

@@ -61,6 +61,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/cloneslots"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/pace"
 )
 
 // inflight is a task this process started for an owner's VM.
@@ -119,8 +120,8 @@ type Provider struct {
 	// have their own lock.
 	slots *cloneslots.Slots
 	// pace knows how long each kind of task typically takes here, for
-	// when to look at one again (pace.go).
-	pace taskPace
+	// when to look at one again (pkg/provider/pace).
+	pace pace.Tasks
 
 	// mu guards the in-process state below. It is never held during an
 	// API call.
