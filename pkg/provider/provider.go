@@ -476,6 +476,12 @@ type VMSpec struct {
 	// the storage the hypervisor writes it to, as it counts the VM's
 	// disks, so that a VM is not built where its suspend cannot succeed.
 	SuspendsToDisk bool
+	// Isolation, when set, is the network policy the hypervisor holds the
+	// VM's first interface to (see Isolation); nil leaves its traffic
+	// alone. A provider that cannot enforce it refuses the VM
+	// (ClassConfiguration, reason IsolationUnsupported) rather than build
+	// it open.
+	Isolation *Isolation
 }
 
 // VMTPM is the TPM a VM needs.
