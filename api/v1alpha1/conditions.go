@@ -69,6 +69,15 @@ const (
 	// registered or not (docs/networking.md, "DNS registration").
 	HypervisorClusterDNSReadyCondition ConditionType = "DNSReady"
 
+	// HypervisorClusterIsolationEnforcedCondition is True when the
+	// cluster's VMs are held to spec.network.isolation and the hypervisor
+	// enforces it (for Proxmox VE, its datacenter firewall is enabled);
+	// False while isolation is unset (reason NotConfigured) or the
+	// hypervisor would ignore it (reason FirewallDisabled). It does not
+	// affect Ready: a VM built while it is False carries its rules and is
+	// held to them once the firewall is on.
+	HypervisorClusterIsolationEnforcedCondition ConditionType = "IsolationEnforced"
+
 	// HypervisorMachineTemplateValidCondition is True when the template was
 	// checked against its cluster: it sets no field the operator does not
 	// act on, the source exists and is a template, the clone mode is
@@ -244,6 +253,25 @@ const (
 	AllNamespacesAdmittedReason ConditionReason = "AllNamespacesAdmitted"
 	// NoAllowListsReason: spec.tenancy is unset.
 	NoAllowListsReason ConditionReason = "NoAllowLists"
+
+	// IsolationActiveReason: the cluster's VMs are held to
+	// spec.network.isolation and the hypervisor enforces it.
+	IsolationActiveReason ConditionReason = "Enforced"
+	// IsolationNotConfiguredReason: spec.network.isolation is unset, so
+	// the cluster's VMs share their bridge unfiltered.
+	IsolationNotConfiguredReason ConditionReason = "NotConfigured"
+	// FirewallDisabledReason: the hypervisor ignores the VMs' firewall
+	// rules (Proxmox VE: the datacenter firewall, cluster.fw's enable, is
+	// off).
+	FirewallDisabledReason ConditionReason = "FirewallDisabled"
+	// IsolationPolicyNotFoundReason: a template names an isolation policy
+	// its cluster does not define, or names one on a cluster without
+	// spec.network.isolation.
+	IsolationPolicyNotFoundReason ConditionReason = "IsolationPolicyNotFound"
+	// IsolationUnsupportedReason: the VM's network cannot be isolated by
+	// its hypervisor (such as a libvirt interface on QEMU's user-mode
+	// network): the VM is not built open.
+	IsolationUnsupportedReason ConditionReason = "IsolationUnsupported"
 
 	// TemplateNotFoundReason: the hypervisor has no such template.
 	TemplateNotFoundReason ConditionReason = "TemplateNotFound"

@@ -293,6 +293,19 @@ type TenancyRule struct {
 	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +listType=set
 	DNSDomains []string `json:"dnsDomains,omitempty"`
+
+	// isolationPolicies are the network isolation policies
+	// (spec.network.isolation.policies, or default for the built-in one)
+	// these namespaces' templates may name in spec.network.isolationPolicy.
+	// Left out: only the cluster's defaultPolicy, which a template gets by
+	// naming none.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +listType=set
+	IsolationPolicies []string `json:"isolationPolicies,omitempty"`
 }
 
 // AllowedTemplate names one Proxmox template, by VM id or by name.

@@ -319,6 +319,19 @@ type MachineNetwork struct {
 	// link-local addresses stay direct (docs/templates.md, "Proxy").
 	// +optional
 	Proxy *ProxySettings `json:"proxy,omitempty"`
+
+	// isolationPolicy names the network isolation policy of the cluster
+	// (its spec.network.isolation.policies, or default) the VMs are held
+	// to; the cluster's spec.tenancy must allow it to the template's
+	// namespace (isolationPolicies). Unset: the cluster's defaultPolicy. A
+	// VM keeps the policy it was placed with: a later edit of this field
+	// or of the policy reaches only VMs placed after it. Allowed only on a
+	// cluster with spec.network.isolation.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	IsolationPolicy string `json:"isolationPolicy,omitempty"`
 }
 
 // ProxySettings is a template's HTTP proxy (spec.network.proxy).

@@ -96,6 +96,15 @@ type ClusterNetworkSettings struct {
 	// network: ICMP echo and, optionally, an SSH server.
 	// +optional
 	Validation *NetworkValidation `json:"validation,omitempty"`
+
+	// isolation holds the cluster's VMs to the platform team's network
+	// policies, enforced by the hypervisor on each VM's interface: no VM
+	// reaches another, the management networks or anything its policy
+	// does not allow, nor sends from an address it was not given
+	// (docs/networking.md, "Isolation"). Unset: VMs share their bridge
+	// unfiltered, and the cluster's IsolationEnforced condition says so.
+	// +optional
+	Isolation *NetworkIsolation `json:"isolation,omitempty"`
 }
 
 // NetworkValidation checks each running VM's reachability from the
