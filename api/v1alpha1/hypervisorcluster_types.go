@@ -717,7 +717,7 @@ type NamedSecretKeySelector struct {
 
 // HypervisorClusterStatus is what the operator observed of the cluster.
 type HypervisorClusterStatus struct {
-	// conditions are Ready, Connected, TLSVerified, TenancyRestricted,
+	// conditions are Ready, Connected, TLSVerified, TenancyRestricted, IsolationEnforced,
 	// UnverifiedVMs, SPIREConnected and, with dns.dnsProvider, DNSReady.
 	// +optional
 	// +listType=map

@@ -37,6 +37,7 @@ func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluste
 		Tags:             s.Tags,
 		ClonesPerNode:    hfv1.DefaultClonesPerNode,
 		ClonesPerStorage: hfv1.DefaultClonesPerStorage,
+		Isolated:         s.Network != nil && s.Network.Isolation != nil,
 	}
 	// A kind this build does not register reads nothing: its part stays
 	// unset. The HypervisorCluster controller refuses such a cluster

@@ -23,6 +23,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/isolation"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
@@ -365,7 +366,25 @@ func (r *HypervisorClusterReconciler) setConnectedStatus(s *clusterScope, now ti
 	} else {
 		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterTLSVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The API's certificate is verified")
 	}
+	setIsolationCondition(cluster, info)
 	s.ready = isReady(msg)
+}
+
+// setIsolationCondition reports whether the cluster's VMs are held to
+// spec.network.isolation: not configured, configured but ignored by the
+// hypervisor (the probe says why), or enforced.
+func setIsolationCondition(cluster *hfv1.HypervisorCluster, info *provider.ClusterInfo) {
+	st := &cluster.Status
+	switch {
+	case cluster.Spec.Network == nil || cluster.Spec.Network.Isolation == nil:
+		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterIsolationEnforcedCondition, metav1.ConditionFalse, hfv1.IsolationNotConfiguredReason,
+			"spec.network.isolation is unset, so the cluster's VMs share their bridge unfiltered: a job can reach other jobs' VMs and the management networks (docs/networking.md, \"Isolation\")")
+	case info.IsolationProblem != "":
+		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterIsolationEnforcedCondition, metav1.ConditionFalse, hfv1.FirewallDisabledReason, info.IsolationProblem)
+	default:
+		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterIsolationEnforcedCondition, metav1.ConditionTrue, hfv1.IsolationActiveReason,
+			fmt.Sprintf("VMs are held to their network isolation policy (default %s) by the hypervisor", isolation.DefaultPolicyName(cluster)))
+	}
 }
 
 // setUnverifiedCondition reports the VMs that carry this install's tag, are

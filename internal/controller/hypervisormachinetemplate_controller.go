@@ -148,7 +148,7 @@ func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req
 		return phase.Run(ctx, s, r.holdWhileUsed)
 	}
 	// The credential's reach is reported whatever the validation finds.
-	return phase.Run(ctx, s, r.reportDeprecated, r.reportReusableCredential, r.refuseUnsupported, r.checkDHCPClient, r.loadCluster, r.checkTenancy, r.checkIdentity,
+	return phase.Run(ctx, s, r.reportDeprecated, r.reportReusableCredential, r.refuseUnsupported, r.checkDHCPClient, r.loadCluster, r.checkTenancy, r.checkIsolation, r.checkIdentity,
 		r.checkMetadata, r.checkSecrets, r.resolveRunnerRelease, r.loadIPPool, r.render, r.checkOnHypervisor, r.recordValid)
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/isolation"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
@@ -141,6 +142,28 @@ func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, 
 		return s.invalid(hfv1.NotAllowedByClusterReason, fmt.Sprintf(
 			"HypervisorCluster %s does not allow this template in namespace %s (spec.tenancy): %s; change the template, or ask the cluster's owner to allow these values",
 			cluster.Name, tmpl.Namespace, strings.Join(problems, "; ")))
+	}
+	return phase.Next(), nil
+}
+
+// checkIsolation checks that the network isolation policy the template
+// names (or its cluster's default) is one the cluster defines, and that
+// its rules compile: a VM is never built without the policy it was meant
+// to get. The policy's proxy addresses are resolved when a claim is
+// placed, not here.
+func (r *HypervisorMachineTemplateReconciler) checkIsolation(_ context.Context, s *templateScope) (phase.Result, error) {
+	policy, ok, err := isolation.PolicyFor(s.tmpl, s.cluster)
+	if err != nil {
+		return s.invalid(hfv1.IsolationPolicyNotFoundReason, err.Error())
+	}
+	if ok {
+		for i, e := range policy.Egress {
+			for _, p := range e.Ports {
+				if _, err := isolation.ParsePorts(p); err != nil {
+					return s.invalid(hfv1.TemplateInvalidReason, fmt.Sprintf("isolation policy %s of HypervisorCluster %s: egress[%d]: %v; ask the cluster's owner to fix it", policy.Name, s.cluster.Name, i, err))
+				}
+			}
+		}
 	}
 	return phase.Next(), nil
 }

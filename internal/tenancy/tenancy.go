@@ -20,6 +20,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/isolation"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -105,7 +106,31 @@ func ruleViolations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hypervis
 		add(v)
 	}
 	add(dnsDomainViolation(tmpl, cluster, rule))
+	add(isolationViolation(tmpl, cluster, rule))
 	return out
+}
+
+// isolationViolation checks the network isolation policy the template's
+// VMs get: one the rule lists, or (the rule listing none) the cluster's
+// default. A namespace that could name any policy would give its VMs
+// another team's egress.
+func isolationViolation(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rule *hfv1.TenancyRule) string {
+	name := isolation.PolicyName(tmpl, cluster)
+	if name == "" {
+		return ""
+	}
+	allowed := rule.IsolationPolicies
+	if len(allowed) == 0 {
+		allowed = []string{isolation.DefaultPolicyName(cluster)}
+	}
+	if slices.Contains(allowed, name) {
+		return ""
+	}
+	field := "spec.network.isolationPolicy " + name
+	if tmpl.Spec.Network.IsolationPolicy == "" {
+		field = "the cluster's default isolation policy " + name + " (spec.network.isolationPolicy is unset)"
+	}
+	return fmt.Sprintf("%s is not allowed; allowed isolation policies: %s (ask the cluster's owner to list it in spec.tenancy[].isolationPolicies)", field, strings.Join(allowed, ", "))
 }
 
 // APIHostViolations says which of hosts (a template's CI platform API
@@ -244,7 +269,7 @@ func SetCondition(cluster *hfv1.HypervisorCluster) {
 		if reason == hfv1.RestrictedReason {
 			reason = hfv1.NoAllowListsReason
 		}
-		problems = append(problems, "spec.tenancy is unset, so admitted namespaces may use any bridge, VLAN, template, storage, resource pool, DNS domain and CI platform API host: add spec.tenancy entries (docs/security.md)")
+		problems = append(problems, "spec.tenancy is unset, so admitted namespaces may use any bridge, VLAN, template, storage, resource pool, DNS domain, CI platform API host and isolation policy: add spec.tenancy entries (docs/security.md)")
 	}
 	status, msg := metav1.ConditionTrue, "Only selected namespaces use this cluster, within the spec.tenancy allow-lists"
 	if len(problems) > 0 {

@@ -75,6 +75,11 @@ type Placement struct {
 	// DNSDomain is the domain the VM's host name is completed with, which
 	// its name is registered in DNS and validated under.
 	DNSDomain string `json:"dnsDomain,omitempty"`
+	// Isolation is the network policy the VM is held to, as the operator
+	// compiled it at placement (pkg/provider's Isolation, in JSON); empty
+	// for none. It is signed only when set, so records written before it
+	// existed verify as they were.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // LegacyTemplate is how a placement record signed by an earlier operator
@@ -90,11 +95,17 @@ type LegacyTemplate struct {
 // template: one value in a p3 record, two in a p2 one.
 func (p Placement) fields(template ...string) []string {
 	out := append([]string{p.ClaimUID, p.Cluster}, template...)
-	return append(out, strconv.FormatBool(p.LinkedClone), p.Storage, p.Format,
+	out = append(out, strconv.FormatBool(p.LinkedClone), p.Storage, p.Format,
 		p.ResourcePool, p.Bridge, strconv.Itoa(p.VLAN), p.NICModel, strconv.Itoa(p.CPUCores),
 		strconv.FormatInt(p.MemoryBytes, 10), strconv.FormatInt(p.DiskBytes, 10),
 		p.VendorSnippet, p.UserSnippet, p.DriveStorage, p.DNSDomain,
 	)
+	if p.Isolation != "" {
+		// Length-prefixed like every field: a record cannot shed it and
+		// keep its MAC.
+		out = append(out, p.Isolation)
+	}
+	return out
 }
 
 // SignPlacement returns the MAC that proves p was written by this install

@@ -69,6 +69,14 @@ func TestPlacementSignature(t *testing.T) {
 	if s.VerifyPlacement(shifted, sig) {
 		t.Error("moving characters between fields keeps the signature")
 	}
+	// A record with an isolation policy signs it; shedding it (or adding
+	// one to a record without) fails the MAC.
+	isolated := p
+	isolated.Isolation = `{"policy":"web"}`
+	isig := s.SignPlacement(isolated)
+	if !s.VerifyPlacement(isolated, isig) || s.VerifyPlacement(p, isig) || s.VerifyPlacement(isolated, sig) {
+		t.Error("the isolation policy is not covered by the placement signature")
+	}
 	if other.VerifyPlacement(p, sig) || s.VerifyPlacement(p, other.SignPlacement(p)) {
 		t.Error("a signature of one install verifies with another install's key")
 	}

@@ -59,6 +59,10 @@ type ClusterConfig struct {
 	MaxMachines int
 	// Tags are added to every VM besides the ownership tags.
 	Tags []string
+	// Isolated says the cluster's VMs are held to network isolation
+	// policies (VMSpec.Isolation): Probe then checks that the hypervisor
+	// enforces them (ClusterInfo.IsolationProblem).
+	Isolated bool
 	// RequestTimeout bounds one API request.
 	RequestTimeout time.Duration
 

@@ -257,6 +257,11 @@ type ClusterInfo struct {
 	// created are promised; placement refuses a VM whose disk does not
 	// fit on its storage.
 	AvailableStorageBytes int64
+	// IsolationProblem, for a cluster whose config is Isolated, says why
+	// the hypervisor would not enforce the VMs' isolation (for Proxmox VE,
+	// a datacenter firewall that is off) and how to fix it; empty when it
+	// enforces it.
+	IsolationProblem string
 }
 
 // NodeInfo describes one hypervisor node.

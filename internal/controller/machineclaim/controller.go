@@ -27,6 +27,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/isolation"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
@@ -95,6 +96,12 @@ type Reconciler struct {
 	// Agent finds the agent binaries the operator serves (templates with
 	// agentSource Operator); nil when it serves none.
 	Agent vmspec.AgentLocator
+	// IsolationOperator is what every isolation policy lets VMs reach of
+	// the operator (its agent server's port), and Resolver resolves the
+	// host names of templates' proxies for their policies (nil: the
+	// system's resolver).
+	IsolationOperator isolation.Operator
+	Resolver          isolation.Resolver
 	// Identity issues the VMs' SPIFFE identities and hands them their
 	// runner credentials (identity_service.go, identity_store.go,
 	// guestsecrets.go).

@@ -57,6 +57,18 @@ func placementOf(spec *provider.VMSpec) ownership.Placement {
 	if n := spec.Native; n != nil {
 		p.VendorSnippet, p.UserSnippet, p.DriveStorage = n.VendorData, n.UserData, n.Storage
 	}
+	if iso := spec.Isolation; iso != nil {
+		// The policy as compiled now; the VM's static addresses are the
+		// claim's own (status.staticAddresses), added at every build.
+		rec := *iso
+		rec.Addresses = nil
+		raw, err := json.Marshal(rec)
+		if err != nil {
+			// Strings, numbers and bools: nothing json.Marshal refuses.
+			panic(fmt.Sprintf("encode isolation policy: %v", err))
+		}
+		p.Isolation = string(raw)
+	}
 	return p
 }
 
@@ -82,6 +94,20 @@ func ApplyPlacement(spec *provider.VMSpec, p ownership.Placement) error {
 	spec.MemoryHint = p.MemoryBytes
 	if n := spec.Native; n != nil {
 		n.VendorData, n.UserData, n.Storage = p.VendorSnippet, p.UserSnippet, p.DriveStorage
+	}
+	// The policy of the placement, whatever the cluster and template say
+	// now: an edit of either reaches only claims placed after it. The
+	// caller adds the VM's static addresses.
+	spec.Isolation = nil
+	if p.Isolation != "" {
+		var iso provider.Isolation
+		if err := json.Unmarshal([]byte(p.Isolation), &iso); err != nil {
+			return fmt.Errorf("its isolation policy: %w", err)
+		}
+		if err := iso.Check(); err != nil {
+			return fmt.Errorf("its isolation policy: %w", err)
+		}
+		spec.Isolation = &iso
 	}
 	return nil
 }

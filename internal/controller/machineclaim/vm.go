@@ -22,6 +22,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/isolation"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
@@ -105,8 +106,17 @@ func (r *Reconciler) prepareVMCall(ctx context.Context, s *claimScope) (*vmCall,
 			return nil, res, err
 		}
 	}
+	var iso *provider.Isolation
+	if placed == nil {
+		// Compiled once, at placement: the record keeps it.
+		var err error
+		if iso, err = isolation.Compile(ctx, tmpl, s.cluster, r.IsolationOperator, r.resolver()); err != nil {
+			res, err := r.provisionError(ctx, s, isolationError(err))
+			return nil, res, err
+		}
+	}
 	ci := &claimCloudInit{r: r, claim: claim, addrs: addrs}
-	call, err := vmCallFor(claim, s.tmpl, s.cluster, placed, r.workloads(), ci, addrs, r.memory.progressOf(claim))
+	call, err := vmCallFor(claim, s.tmpl, s.cluster, placed, iso, r.workloads(), ci, addrs, r.memory.progressOf(claim))
 	if err != nil {
 		res, err := r.provisionError(ctx, s, err)
 		return nil, res, err
@@ -117,8 +127,9 @@ func (r *Reconciler) prepareVMCall(ctx context.Context, s *claimScope) (*vmCall,
 // vmCallFor builds the provider call of a claim of tmpl on cluster: the
 // VM's spec (its cloud-init rendered by ci when the provider asks, from
 // the call's template and cluster), from the placement record when the
-// claim is placed, going on from prev.
-func vmCallFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, placed *ownership.Placement,
+// claim is placed, else with iso (its isolation compiled now), going on
+// from prev.
+func vmCallFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, placed *ownership.Placement, iso *provider.Isolation,
 	workloads *workload.Backends, ci *claimCloudInit, addrs []vmspec.StaticAddr, prev provider.Progress) (*vmCall, error) {
 	if placed != nil {
 		tmpl, cluster = withPlacedDomain(tmpl, cluster, placed.DNSDomain)
@@ -129,11 +140,13 @@ func vmCallFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, c
 		return nil, err
 	}
 	spec.Native = vmspec.Native(tmpl, cluster, vmspec.DNS(cluster, tmpl), vmspec.ClaimVars(workloads, claim, tmpl, cluster, addrs))
+	spec.Isolation = iso
 	if placed != nil {
 		if err := ApplyPlacement(spec, *placed); err != nil {
 			return nil, fmt.Errorf("placement record: %w", err)
 		}
 	}
+	spec.Isolation = isolation.WithAddresses(spec.Isolation, addrs)
 	return &vmCall{spec: spec, prev: prev, tmpl: tmpl, cluster: cluster}, nil
 }
 
@@ -476,4 +489,24 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 		r.memory.setRetryAt(claim.UID, r.Clock.Now().Add(wait))
 		return phase.StopAndRequeue(wait), nil
 	}
+}
+
+// isolationError classifies a failure to compile a claim's isolation
+// policy: a policy its cluster does not define is the template's to fix
+// (IsolationPolicyNotFound), a proxy whose name does not resolve is worth
+// a retry.
+func isolationError(err error) error {
+	if errors.Is(err, isolation.ErrPolicyNotFound) {
+		return provider.Errorf(provider.ClassConfiguration, string(hfv1.IsolationPolicyNotFoundReason), "%v", err)
+	}
+	return provider.Errorf(provider.ClassTransient, "IsolationNotCompiled", "compile the network isolation policy: %v", err)
+}
+
+// resolver resolves the host names of templates' proxies for their
+// isolation policies.
+func (r *Reconciler) resolver() isolation.Resolver {
+	if r.Resolver != nil {
+		return r.Resolver
+	}
+	return isolation.NetResolver
 }

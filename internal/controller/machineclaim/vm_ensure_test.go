@@ -70,7 +70,7 @@ func TestVMCallFor(t *testing.T) {
 			cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: unitCluster}}
 			cluster.Spec.DefaultBridge = "vmbr0"
 			ci := &claimCloudInit{claim: &claim}
-			call, err := vmCallFor(&claim, tmpl, cluster, tc.placed, ciPlatforms, ci, nil, tc.prev)
+			call, err := vmCallFor(&claim, tmpl, cluster, tc.placed, nil, ciPlatforms, ci, nil, tc.prev)
 			if err != nil {
 				t.Fatal(err)
 			}
