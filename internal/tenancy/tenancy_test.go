@@ -294,3 +294,43 @@ func TestTenancyBridgeWithoutClusterDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestTenancyIsolationPolicies: a namespace gets the cluster's default
+// isolation policy unless its rule lists others, and may name only those;
+// on a cluster without isolation nothing is checked here (the template's
+// own check refuses a policy there).
+func TestTenancyIsolationPolicies(t *testing.T) {
+	isolated := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{Provider: hfv1.ProviderProxmox, Network: &hfv1.ClusterNetworkSettings{
+		Isolation: &hfv1.NetworkIsolation{OperatorCIDRs: []string{"192.0.2.5"}, DefaultPolicy: "web", Policies: []hfv1.IsolationPolicy{{Name: "web"}, {Name: "build"}}},
+	}}}
+	open := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{Provider: hfv1.ProviderProxmox}}
+	minimal := hfv1.TenancyRule{Templates: []hfv1.AllowedTemplate{{ID: ptr.To[int32](9000)}}}
+	listed := minimal
+	listed.IsolationPolicies = []string{"build"}
+	cases := []struct {
+		name    string
+		cluster *hfv1.HypervisorCluster
+		rule    hfv1.TenancyRule
+		policy  string
+		want    string
+	}{
+		{"the default, list left out", isolated, minimal, "", ""},
+		{"the default named, list left out", isolated, minimal, "web", ""},
+		{"another, list left out", isolated, minimal, "build", "spec.network.isolationPolicy build is not allowed; allowed isolation policies: web"},
+		{"listed", isolated, listed, "build", ""},
+		{"the default, not listed", isolated, listed, "", "the cluster's default isolation policy web (spec.network.isolationPolicy is unset) is not allowed; allowed isolation policies: build"},
+		{"no isolation on the cluster", open, minimal, "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := &hfv1.HypervisorMachineTemplate{Spec: hfv1.HypervisorMachineTemplateSpec{
+				Source: hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000), CloneMode: hfv1.CloneModeLinked}},
+			}}
+			tmpl.Spec.Network.IsolationPolicy = tc.policy
+			got := strings.Join(Violations(tmpl, tc.cluster, []hfv1.TenancyRule{tc.rule}, nil), "; ")
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("violations %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -295,3 +295,42 @@ func TestWithPlacedDomain(t *testing.T) {
 		})
 	}
 }
+
+// TestPlacementRecordKeepsIsolation: the isolation policy compiled at
+// placement is what the VM is built with, whatever the cluster says later
+// (another policy, none at all); the VM's static addresses are not part
+// of the record; a record edited to drop the policy does not verify.
+func TestPlacementRecordKeepsIsolation(t *testing.T) {
+	signer := testPlacementSigner(t, 1)
+	claim := placedClaim("iso")
+	placedSpec := authorizedSpec()
+	placedSpec.Isolation = &provider.Isolation{Policy: "web", DHCP: true, AddressSubnets: []string{"192.0.2.0/24"}, Addresses: []string{"192.0.2.10"},
+		Egress: []provider.FirewallRule{{Action: provider.FirewallAccept, CIDR: "0.0.0.0/0", Protocol: provider.ProtocolTCP, Ports: []provider.PortRange{{From: 443, To: 443}}}}}
+	RecordPlacement(claim, signer, "pve-a", placedSpec, authorizedDomain)
+	if strings.Contains(claim.Status.PlacementRecord, "192.0.2.10") {
+		t.Fatalf("the record holds the VM's static address: %s", claim.Status.PlacementRecord)
+	}
+	r := &Reconciler{Signer: signer, Recorder: record.NewFakeRecorder(8)}
+	p, err := r.reservations().verifiedPlacement(context.Background(), &claimScope{claim: claim, claimEnv: r.env()})
+	if err != nil {
+		t.Fatalf("the operator's own record is refused: %v", err)
+	}
+	for _, now := range []*provider.Isolation{nil, {Policy: "open", Egress: []provider.FirewallRule{{Action: provider.FirewallAccept}}}} {
+		spec := authorizedSpec()
+		spec.Isolation = now
+		if err := ApplyPlacement(spec, p); err != nil {
+			t.Fatal(err)
+		}
+		want := *placedSpec.Isolation
+		want.Addresses = nil
+		if spec.Isolation == nil || spec.Isolation.Policy != "web" || spec.Isolation.RulesDigest() != want.RulesDigest() || len(spec.Isolation.Addresses) != 0 {
+			t.Fatalf("with %+v now, the VM gets %+v; want the placed %+v", now, spec.Isolation, want)
+		}
+	}
+	// A tenant who removes the policy from the record voids it.
+	stripped := strings.Replace(claim.Status.PlacementRecord, `"isolation":`, `"isolationX":`, 1)
+	claim.Status.PlacementRecord = stripped
+	if _, err := r.reservations().verifiedPlacement(context.Background(), &claimScope{claim: claim, claimEnv: r.env()}); err == nil {
+		t.Fatal("a record without its isolation policy verifies")
+	}
+}
