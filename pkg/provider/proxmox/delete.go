@@ -127,6 +127,7 @@ func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev prov
 	p.mu.Lock()
 	delete(p.isoGone, prog.VMID)
 	p.mu.Unlock()
+	p.forgetLeased(prog.VMID)
 	// The id is free now; cached listings must not hold it back.
 	p.noteFreed(prog.VMID)
 	p.wakeAtCap()

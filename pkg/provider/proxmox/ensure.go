@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"net/http"
 	"strconv"
 	"strings"
@@ -148,6 +149,11 @@ func (p *Provider) validateSpec(spec *provider.VMSpec) error {
 	for _, t := range spec.Tags {
 		if !tagRE.MatchString(strings.ToLower(t)) {
 			return bad("tags", "%q is not a legal Proxmox tag (letters, digits, _ - + . only)", t)
+		}
+	}
+	if spec.Isolation != nil {
+		if err := spec.Isolation.Check(); err != nil {
+			return bad("isolation", "%v", err)
 		}
 	}
 	if spec.Native != nil {
@@ -686,6 +692,13 @@ func (c *ensureCall) configure(ctx context.Context, v *verified) (*provider.Ensu
 	if err != nil {
 		return nil, err
 	}
+	if iso := c.spec.Isolation; iso != nil {
+		// Before the update that tags the VM configured (and turns on
+		// firewall=1): a VM is never started with half a firewall.
+		if err := c.p.isolateVM(ctx, c.prog.Node, c.prog.VMID, iso); err != nil {
+			return nil, fmt.Errorf("isolate VM %d (policy %s): %w", c.prog.VMID, iso.Policy, err)
+		}
+	}
 	err = c.p.api.call(ctx, http.MethodPut, fmt.Sprintf("/nodes/%s/qemu/%d/config", c.prog.Node, c.prog.VMID), nil, body, nil)
 	switch {
 	case err == nil:
@@ -765,6 +778,11 @@ func (c *ensureCall) configBody(v *verified) (map[string]any, error) {
 	n.tag = ""
 	if c.spec.Network.VLAN > 0 {
 		n.tag = strconv.Itoa(c.spec.Network.VLAN)
+	}
+	if c.spec.Isolation != nil {
+		// Proxmox filters a NIC only with firewall=1.
+		n.rest = slices.DeleteFunc(n.rest, func(o string) bool { return strings.HasPrefix(o, "firewall=") })
+		n.rest = append(n.rest, "firewall=1")
 	}
 	body["net0"] = n.String()
 	if err := c.tpmConfig(body, v.cfg); err != nil {
@@ -888,6 +906,11 @@ func (c *ensureCall) booting(ctx context.Context) (*provider.EnsureResult, error
 			"%s: the template has no QEMU guest agent (agent: 1), so the VM's addresses cannot be read; enable it in the template: %w", fieldTemplateID, err)
 	default:
 		return nil, fmt.Errorf("read the guest addresses of VM %d: %w", c.prog.VMID, err)
+	}
+	if len(addrs) > 0 {
+		if err := c.p.allowLeased(ctx, c.prog.Node, c.prog.VMID, c.spec.Isolation, addrs); err != nil {
+			return nil, fmt.Errorf("let VM %d send from its leased address: %w", c.prog.VMID, err)
+		}
 	}
 	if len(addrs) == 0 {
 		return c.result(provider.PhaseBooting, c.bootDelay(), "the guest agent answers; waiting for an address"), nil
@@ -1046,6 +1069,10 @@ func (c *ensureCall) running(ctx context.Context) (*provider.EnsureResult, error
 	msg := apiMessage(err)
 	switch {
 	case err == nil && len(addrs) > 0:
+		// A lease renewed after a resume may be a new address.
+		if err := c.p.allowLeased(ctx, c.prog.Node, c.prog.VMID, c.spec.Isolation, addrs); err != nil {
+			return nil, fmt.Errorf("let VM %d send from its leased address: %w", c.prog.VMID, err)
+		}
 		c.p.release(c.spec.Owner.UID, c.prog.VMID, true)
 		// Running means nothing is in flight: drop the finished ISO
 		// deletion task this call may have been continuing from.

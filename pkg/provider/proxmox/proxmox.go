@@ -123,9 +123,17 @@ type Provider struct {
 	// when to look at one again (pkg/provider/pace).
 	pace pace.Tasks
 
+	// groups are the firewall security groups of isolation policies
+	// known whole (firewall.go); they have their own lock, held across
+	// the calls that build one.
+	groups firewallGroups
+
 	// mu guards the in-process state below. It is never held during an
 	// API call.
 	mu sync.Mutex
+	// leased are the VMs' leased addresses already in their ipfilter
+	// IPSet, by "<vmid>/<addresses>" (allowLeased).
+	leased map[string]bool
 	// view is the latest /cluster/resources read used for placement;
 	// listed are the ids of the latest VM listing, taken at listedAt; freed
 	// are ids whose VM this process saw deleted, and when.

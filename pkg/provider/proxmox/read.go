@@ -120,8 +120,9 @@ func (p *Provider) SetPower(ctx context.Context, owner provider.Owner, at provid
 }
 
 // Probe implements provider.Provider: GET /version, GET /nodes, the
-// storages from GET /cluster/resources?type=storage and, once, the cluster
-// name from GET /cluster/status.
+// storages from GET /cluster/resources?type=storage, once, the cluster
+// name from GET /cluster/status and, on a cluster whose VMs are isolated,
+// the datacenter firewall's options.
 func (p *Provider) Probe(ctx context.Context) (*provider.ClusterInfo, error) {
 	var v proxmox.Version
 	if err := p.api.call(ctx, http.MethodGet, "/version", nil, nil, &v); err != nil {
@@ -177,6 +178,9 @@ func (p *Provider) Probe(ctx context.Context) (*provider.ClusterInfo, error) {
 	// missing privilege shows on the HypervisorCluster rather than as VMs
 	// that cannot be verified.
 	if _, err := p.marker(ctx); err != nil {
+		return nil, err
+	}
+	if info.IsolationProblem, err = p.isolationProblem(ctx); err != nil {
 		return nil, err
 	}
 	return info, nil
