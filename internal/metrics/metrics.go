@@ -203,6 +203,13 @@ var (
 		"Stray cloud-init ISOs deleted by the sweeper, counted once gone (not in dry-run mode).",
 		"hypervisor_cluster")
 
+	// OrphanIsolationObjectsRemoved counts isolation objects (a Proxmox
+	// security group, a libvirt filter) the sweeper deleted because no
+	// claim's placement record needed them any more.
+	OrphanIsolationObjectsRemoved = NewCounterVec("orphan_isolation_objects_removed_total",
+		"Hypervisor objects of network isolation policies (Proxmox VE security groups, libvirt filters) deleted by the sweeper once no MachineClaim's placement needed them (not in dry-run mode).",
+		"hypervisor_cluster")
+
 	// OrphanRunnersFound counts CI runners named by this install whose
 	// claim no longer exists.
 	OrphanRunnersFound = NewCounterVec("orphan_runners_found_total",
@@ -366,7 +373,7 @@ func (o ProviderObserver) CloneQueue(waiting int) {
 // counter whose series is born at 1 shows no increase(), and its first
 // orphan would raise no alert.
 func SweepingCluster(cluster string) {
-	for _, c := range []*prometheus.CounterVec{OrphansFound, OrphansRemoved, OrphanMediaFound, OrphanMediaRemoved} {
+	for _, c := range []*prometheus.CounterVec{OrphansFound, OrphansRemoved, OrphanMediaFound, OrphanMediaRemoved, OrphanIsolationObjectsRemoved} {
 		c.WithLabelValues(cluster).Add(0)
 	}
 }
@@ -395,6 +402,7 @@ func ForgetCluster(cluster string) {
 	UnverifiedVMs.DeleteLabelValues(cluster)
 	OrphanMediaFound.DeleteLabelValues(cluster)
 	OrphanMediaRemoved.DeleteLabelValues(cluster)
+	OrphanIsolationObjectsRemoved.DeleteLabelValues(cluster)
 	ClaimsForceDeleted.DeleteLabelValues(cluster)
 	ClaimsDisowned.DeleteLabelValues(cluster)
 	DNSReady.DeleteLabelValues(cluster)

@@ -82,6 +82,9 @@ type Sweeper struct {
 	dnsNames map[string]*orphanName   // by cluster/name/claim UID
 	// spireEntries are the orphan SPIRE entries, by cluster/entry id.
 	spireEntries map[string]*orphanEntry
+	// isolation are the isolation objects no claim needs, by
+	// cluster/object id (isolation.go).
+	isolation map[string]*strayIsolation
 	// unverified are, by cluster, the VMs of the latest sweep that carry
 	// this install's tag but whose ownership block does not verify, with
 	// the reason.
@@ -155,6 +158,7 @@ func (s *Sweeper) defaults() {
 			s.runners = map[string]*orphanRunner{}
 			s.dnsNames = map[string]*orphanName{}
 			s.spireEntries = map[string]*orphanEntry{}
+			s.isolation = map[string]*strayIsolation{}
 		}
 	})
 }
@@ -174,6 +178,7 @@ func (s *Sweeper) SweepAll(ctx context.Context) {
 		}
 	}
 	live := claimDigests(claims.Items)
+	liveIsolation := isolationDigests(claims.Items)
 	confirm := s.confirmClaims(ctx)
 	confirmDigests := func() (map[string]bool, error) {
 		claims, err := confirm()
@@ -189,6 +194,9 @@ func (s *Sweeper) SweepAll(ctx context.Context) {
 		if p, health, ok := s.Registry.Provider(name); ok && health.Ready {
 			if err := s.sweepMedia(ctx, name, p, live, confirmDigests); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Cloud-init ISO sweep failed", "HypervisorCluster", name)
+			}
+			if err := s.sweepIsolation(ctx, name, p, liveIsolation, confirm); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Isolation object sweep failed", "HypervisorCluster", name)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -189,4 +190,33 @@ func (i *Isolation) AllowsAddress(a netip.Addr) bool {
 		p, err := netip.ParsePrefix(s)
 		return err == nil && p.Contains(a)
 	})
+}
+
+// IsolationObjects is implemented by a provider that writes hypervisor
+// objects shared by the VMs of one policy's rules, named by its
+// RulesDigest (a Proxmox VE security group, a libvirt filter). The orphan
+// sweeper removes those that no claim's placement record needs any more,
+// under its usual grace period.
+type IsolationObjects interface {
+	// ListIsolationObjects lists the objects of this install.
+	ListIsolationObjects(ctx context.Context) ([]IsolationObject, error)
+	// DeleteIsolationObject deletes one listed object; one already gone is
+	// not an error. ErrInUse when the provider sees a VM that still uses
+	// it (it then deletes nothing).
+	DeleteIsolationObject(ctx context.Context, o IsolationObject) error
+}
+
+// IsolationObject is one object an IsolationObjects provider wrote.
+type IsolationObject struct {
+	// ID is the hypervisor's name of it.
+	ID string
+	// Digest is as much of the RulesDigest it was written from as its
+	// name holds (a prefix).
+	Digest string
+}
+
+// For reports whether o was written for rules with digest (a full
+// RulesDigest).
+func (o IsolationObject) For(digest string) bool {
+	return o.Digest != "" && strings.HasPrefix(digest, o.Digest)
 }

@@ -59,12 +59,54 @@ func (p *Provider) groupName(digest string) (final, staging string) {
 	return "hf" + id + digest[:10], "hs" + id + digest[:10]
 }
 
-// isOwnGroup reports whether group is named by this install's scheme
-// (final or staging), for the sweep.
-func (p *Provider) isOwnGroup(group string) bool {
+// ownGroupDigest returns the digest part of group when it is named by
+// this install's scheme (final or staging), for the sweep.
+func (p *Provider) ownGroupDigest(group string) (string, bool) {
 	final, staging := p.groupName(strings.Repeat("0", 10))
-	return len(group) == len(final) && (strings.HasPrefix(group, final[:8]) || strings.HasPrefix(group, staging[:8]))
+	if len(group) != len(final) || (!strings.HasPrefix(group, final[:8]) && !strings.HasPrefix(group, staging[:8])) {
+		return "", false
+	}
+	return group[8:], true
 }
+
+// ListIsolationObjects implements provider.IsolationObjects: the security
+// groups named by this install's scheme.
+func (p *Provider) ListIsolationObjects(ctx context.Context) ([]provider.IsolationObject, error) {
+	var groups []*proxmox.FirewallSecurityGroup
+	if err := p.api.call(ctx, http.MethodGet, "/cluster/firewall/groups", nil, nil, &groups); err != nil {
+		return nil, fmt.Errorf("list the firewall security groups: %w", err)
+	}
+	var out []provider.IsolationObject
+	for _, g := range groups {
+		if g == nil {
+			continue
+		}
+		if d, ok := p.ownGroupDigest(g.Group); ok {
+			out = append(out, provider.IsolationObject{ID: g.Group, Digest: d})
+		}
+	}
+	return out, nil
+}
+
+// DeleteIsolationObject implements provider.IsolationObjects. Proxmox does
+// not say which VMs reference a group (its API checks none on delete): the
+// sweeper's claims decide, and a VM of a deleted group (one disowned, say)
+// is left with its default policies, DROP both ways.
+func (p *Provider) DeleteIsolationObject(ctx context.Context, o provider.IsolationObject) error {
+	if _, ok := p.ownGroupDigest(o.ID); !ok {
+		return fmt.Errorf("firewall security group %s is not named by this install: %w", o.ID, provider.ErrNotOwned)
+	}
+	p.groups.mu.Lock()
+	defer p.groups.mu.Unlock()
+	delete(p.groups.done, o.ID)
+	err := p.deleteGroup(ctx, o.ID)
+	if isNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+var _ provider.IsolationObjects = (*Provider)(nil)
 
 // firewallGroups remembers the groups this process found or built whole.
 type firewallGroups struct {
