@@ -255,6 +255,9 @@ type Provider struct {
 	// background, or failed and not yet reported, by host/name
 	// (suspend.go).
 	powerJobs map[string]*powerJob
+	// filters are the network filters of VMs this process is building,
+	// by owner UID, which the sweep leaves alone (nwfilter.go).
+	filters map[string]string
 	// tasks numbers the tasks this process reports.
 	tasks int
 }
@@ -312,6 +315,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 			Lapse: holdLimit, StaleAfter: cloneHoldLimit, Now: clk.Now, Wake: deps.Wake, Observe: obs.CloneQueue}),
 		reservations: map[string]*reservation{}, copies: map[int]*fullCopy{},
 		ran: map[string]bool{}, builders: map[string]provider.Owner{}, shutdowns: map[string]bool{}, powerJobs: map[string]*powerJob{},
+		filters: map[string]string{},
 	}
 	for _, h := range s.Hosts {
 		dial, err := dialerFor(h, cfg, &s)
