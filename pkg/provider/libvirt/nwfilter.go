@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -194,7 +195,11 @@ func filterXML(name string, iso *provider.Isolation) (*libvirtxml.NWFilter, erro
 	return f, nil
 }
 
-func uintField(n uint) libvirtxml.NWFilterField { return libvirtxml.NWFilterField{Uint: &n} }
+// uintField is a number as libvirt reads it back: libvirtxml writes a
+// Uint field in hexadecimal, which libvirt refuses for masks.
+func uintField(n uint) libvirtxml.NWFilterField {
+	return libvirtxml.NWFilterField{Str: strconv.FormatUint(uint64(n), 10)}
+}
 
 // filterRules are the libvirt rules of one policy rule: one for each
 // address family it may match (IPv4 rules become iptables rules, IPv6
