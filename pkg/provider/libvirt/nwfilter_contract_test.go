@@ -5,10 +5,12 @@ package libvirt
 import (
 	"strings"
 	"testing"
+	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/hyperfleet/hyperfleet/internal/testworld/tinyguest"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -159,5 +161,123 @@ func TestIsolationFilter(t *testing.T) {
 		if _, err := w.conn.NwfilterLookupByName(n); err != nil {
 			t.Errorf("filter %s, not this install's, was touched: %v", n, err)
 		}
+	}
+}
+
+// TestIsolationEnforced: libvirtd holds a real guest to its policy. Two
+// tiny guests share the world's network inside the daemon's namespace;
+// one runs under a policy that lets it open TCP connections to the
+// bridge's address on port 8080 only, the other under none. The isolated
+// guest reaches 10.77.0.1:8080 and nothing else (not port 8081 there,
+// which the open guest reaches, not the open guest), nothing reaches it,
+// and no other guest reaches it; once it takes another address even the
+// allowed connection fails. Two boots: the daemon's world used 10.9
+// CPU-s (QEMU 4.1 and 4.5 of it), the test process and go 3.6, on the
+// project's 2-core machine.
+func TestIsolationEnforced(t *testing.T) {
+	w := newWorld(t)
+	p := w.provider(t, w.cfg)
+	const allowed, other = "10.77.0.1:8080", "10.77.0.1:8081"
+	w.d.ListenTCP(t, allowed)
+	w.d.ListenTCP(t, other)
+	iso := &provider.Isolation{Policy: "enforced", DHCP: true, AddressSubnets: []string{"10.77.0.0/24"},
+		Egress: []provider.FirewallRule{{Action: provider.FirewallAccept, CIDR: "10.77.0.1", Protocol: provider.ProtocolTCP,
+			Ports: []provider.PortRange{{From: 8080, To: 8080}}, Comment: "the one service jobs use"}}}
+	isolated := w.isolatedSpec("7d0f5b0e-0000-4000-8000-0000000001b1", 0xb1, iso)
+	open := w.isolatedSpec("7d0f5b0e-0000-4000-8000-0000000001b2", 0xb2, nil)
+
+	// Both boot at once.
+	var progIsolated, progOpen provider.Progress
+	for _, vm := range []struct {
+		spec *provider.VMSpec
+		prog *provider.Progress
+	}{{isolated, &progIsolated}, {open, &progOpen}} {
+		if _, err := drive(t, p, vm.spec, vm.prog, phaseIs(provider.PhaseBooting)); err != nil {
+			t.Fatalf("EnsureVM(%s): %v", vm.spec.Name, err)
+		}
+	}
+	var addrIsolated, addrOpen string
+	for _, vm := range []struct {
+		spec *provider.VMSpec
+		prog *provider.Progress
+		addr *string
+	}{{isolated, &progIsolated, &addrIsolated}, {open, &progOpen, &addrOpen}} {
+		res, err := drive(t, p, vm.spec, vm.prog, phaseIs(provider.PhaseRunning))
+		if err != nil {
+			t.Fatalf("EnsureVM(%s): %v", vm.spec.Name, err)
+		}
+		*vm.addr = res.Addresses[0]
+	}
+	domIsolated, domOpen := w.domainOf(t, progIsolated.ID), w.domainOf(t, progOpen.ID)
+	for _, dom := range []golibvirt.Domain{domIsolated, domOpen} {
+		if _, err := tinyguest.Start(w.conn, dom, "serve", "9000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dial := func(dom golibvirt.Domain, address string) (string, bool) {
+		t.Helper()
+		res, err := tinyguest.Exec(w.conn, dom, "dial", address)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(res.Stdout + res.Stderr), res.ExitCode == 0
+	}
+	// The controls: the open guest's server answers the daemon's side,
+	// and the open guest reaches the service the isolated one may not.
+	waitDial(t, func() (string, error) { return w.d.DialTCP(addrOpen+":9000", 3*time.Second) })
+	if out, ok := dial(domOpen, other); !ok {
+		t.Fatalf("the open guest does not reach %s: %s", other, out)
+	}
+
+	if out, ok := dial(domIsolated, allowed); !ok || out != allowed {
+		t.Errorf("the isolated guest does not reach %s, which its policy allows: %s", allowed, out)
+	}
+	if out, ok := dial(domIsolated, other); ok {
+		t.Errorf("the isolated guest reaches %s, which its policy does not allow: %s", other, out)
+	}
+	if out, ok := dial(domIsolated, addrOpen+":9000"); ok {
+		t.Errorf("the isolated guest reaches the other guest at %s: %s", addrOpen, out)
+	}
+	if out, ok := dial(domOpen, addrIsolated+":9000"); ok {
+		t.Errorf("the other guest reaches the isolated guest at %s (no ingress is allowed): %s", addrIsolated, out)
+	}
+	// What libvirt does not filter: the host's own processes (here the
+	// daemon's side of the bridge) reach the guest, since nwfilter's
+	// iptables rules sit on the bridged (FORWARD) and host-bound (INPUT)
+	// paths only. Logged, not asserted: it is libvirt's limit, not the
+	// policy's.
+	if out, err := w.d.DialTCP(addrIsolated+":9000", 3*time.Second); err == nil {
+		t.Logf("the hypervisor host's own stack reaches the isolated guest at %s: %s", addrIsolated, out)
+	}
+
+	// Spoofing: the guest takes another address of the subnet; its
+	// traffic from it goes nowhere, the allowed connection included.
+	if res, err := tinyguest.Exec(w.conn, domIsolated, "readdress", "10.77.0.250/24"); err != nil || res.ExitCode != 0 {
+		t.Fatalf("readdress: %+v, %v", res, err)
+	}
+	if out, ok := dial(domIsolated, allowed); ok {
+		t.Errorf("the isolated guest, at an address it was not leased, still reaches %s: %s", allowed, out)
+	}
+	for _, dom := range []golibvirt.Domain{domIsolated, domOpen} {
+		if cpu, ok := w.d.DomainCPU(dom.Name); ok {
+			t.Logf("guest %s: %.2f QEMU CPU-s", dom.Name, cpu.Seconds())
+		}
+	}
+}
+
+// waitDial retries dial until it connects (a guest's server starts a
+// moment after guest-exec returns), failing the test after 10 s.
+func waitDial(t *testing.T, dial func() (string, error)) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := dial()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
