@@ -38,24 +38,6 @@ func configured(t *testing.T, p provider.Provider, spec *provider.VMSpec) provid
 	return prog
 }
 
-// deleted drives DeleteVM of owner's VM until it is Done.
-func deleted(t *testing.T, p provider.Provider, owner provider.Owner, prog provider.Progress) {
-	t.Helper()
-	for i := 0; ; i++ {
-		res, err := p.DeleteVM(t.Context(), owner, prog)
-		if err != nil {
-			t.Fatalf("DeleteVM: %v", err)
-		}
-		if res.Done {
-			return
-		}
-		if i > 20 {
-			t.Fatal("DeleteVM never Done")
-		}
-		prog = res.Progress
-	}
-}
-
 // filterNames lists the daemon's network filters.
 func (w *world) filterNames(t *testing.T) []string {
 	t.Helper()
