@@ -94,3 +94,37 @@ func saveCapabilities(cacheDir string) {
 		}
 	}
 }
+
+// filterSources are where libvirt's own network filters (clean-traffic and
+// the filters it references) are found: Debian's
+// libvirt-daemon-config-nwfilter ships them under /usr/share and copies
+// them to /etc/libvirt/nwfilter, which the daemon's own /etc hides.
+var filterSources = []string{"/usr/share/libvirt/nwfilter", "/etc/libvirt/nwfilter"}
+
+// seedFilters copies libvirt's own network filters into a daemon's
+// /etc/libvirt/nwfilter, where its nwfilter driver loads them at start.
+// A machine without them starts the daemon all the same: only a domain
+// referencing clean-traffic fails to start, naming the filter.
+func seedFilters(etcDir string) error {
+	dst := filepath.Join(etcDir, "nwfilter")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("libvirtd: nwfilter directory: %w", err)
+	}
+	for _, src := range filterSources {
+		files, _ := filepath.Glob(filepath.Join(src, "*.xml"))
+		if len(files) == 0 {
+			continue
+		}
+		for _, f := range files {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				return fmt.Errorf("libvirtd: reading libvirt's filter %s: %w", f, err)
+			}
+			if err := os.WriteFile(filepath.Join(dst, filepath.Base(f)), raw, 0o644); err != nil {
+				return fmt.Errorf("libvirtd: seeding libvirt's filters: %w", err)
+			}
+		}
+		return nil
+	}
+	return nil
+}

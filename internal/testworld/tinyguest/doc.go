@@ -5,7 +5,8 @@
 // cidata and keeps a copy under /run/tinyguest/seen, takes a DHCPv4 lease
 // (or the static address its network-config gives), and serves a real
 // QEMU guest agent on the org.qemu.guest_agent.0 port: sync, ping, info,
-// OS info, host name, interfaces, files, exec and shutdown; the ACPI
+// OS info, host name, interfaces, files, exec (Exec: /init's tools,
+// among them a network test's dial, serve and readdress) and shutdown; the ACPI
 // power button powers it off too. It has no
 // disk filesystem, no shell and no SSH: tests reach it through libvirt.
 //

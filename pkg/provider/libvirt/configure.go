@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"go.yaml.in/yaml/v3"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -18,6 +19,21 @@ func (p *Provider) configure(ctx context.Context, spec *provider.VMSpec, d *doma
 	medium := p.isoName(vmid, spec.Owner.UID)
 	if spec.Native != nil {
 		medium = p.nativeSeedName(vmid)
+	}
+	if iso := spec.Isolation; iso != nil {
+		if err := checkIsolation(iso); err != nil {
+			return nil, err
+		}
+		// Defined before the domain references it: libvirt starts no
+		// domain whose filter is missing.
+		p.pendingFilter(spec.Owner, p.filterName(iso))
+		defined, err := p.ensureFilter(d.host, iso)
+		if err != nil {
+			return nil, err
+		}
+		if defined {
+			return p.did(res, d, provider.PhaseConfiguring, opFilter, nextStep, "defined network filter %s of VM %d", p.filterName(iso), vmid), nil
+		}
 	}
 	done, op, err := p.writeMedium(ctx, spec, d, medium)
 	if err != nil {
@@ -33,16 +49,48 @@ func (p *Provider) configure(ctx context.Context, spec *provider.VMSpec, d *doma
 	meta := d.meta
 	meta.Tags = slices.Concat(p.signer.Tags(), p.cfg.Tags, spec.Tags)
 	meta.Medium = medium
-	c := configSpec{title: spec.Name, meta: meta, memoryBytes: spec.MemoryBytes, cores: spec.CPUCores, network: p.settings.Network,
-		bridge: spec.Network.Bridge, vlan: spec.Network.VLAN, model: spec.Network.Model, mediaPool: p.settings.MediaPool, medium: medium,
-		addTPM: spec.TPM != nil && spec.TPM.Add}
-	if err := configureDomain(x, c); err != nil {
+	if err := configureDomain(x, p.configSpec(spec, meta, medium)); err != nil {
 		return nil, err
+	}
+	if spec.Isolation != nil {
+		if err := isolateInterface(x, spec.Isolation, p.filterName(spec.Isolation)); err != nil {
+			return nil, err
+		}
 	}
 	if err := d.host.redefine(x); err != nil {
 		return nil, err
 	}
 	return p.did(res, d, provider.PhaseConfiguring, opConfigure, nextStep, "configured VM %d", vmid), nil
+}
+
+// configSpec is what the configuration of spec's VM sets.
+func (p *Provider) configSpec(spec *provider.VMSpec, meta vmMeta, medium string) configSpec {
+	return configSpec{title: spec.Name, meta: meta, memoryBytes: spec.MemoryBytes, cores: spec.CPUCores, network: p.settings.Network,
+		bridge: spec.Network.Bridge, vlan: spec.Network.VLAN, model: spec.Network.Model, mediaPool: p.settings.MediaPool, medium: medium,
+		addTPM: spec.TPM != nil && spec.TPM.Add}
+}
+
+// checkIsolable refuses, before anything is written, a VM whose isolation
+// its configuration could not hold: x is its first definition, which the
+// configuration's interface settings are tried on.
+func (p *Provider) checkIsolable(spec *provider.VMSpec, x *libvirtxml.Domain) error {
+	iso := spec.Isolation
+	if iso == nil {
+		return nil
+	}
+	if err := checkIsolation(iso); err != nil {
+		return err
+	}
+	trial := *x
+	if x.Devices != nil {
+		devices := *x.Devices
+		devices.Interfaces = slices.Clone(x.Devices.Interfaces)
+		if len(devices.Interfaces) > 0 {
+			configureInterface(&devices.Interfaces[0], p.configSpec(spec, vmMeta{}, ""))
+		}
+		trial.Devices = &devices
+	}
+	return isolateInterface(&trial, iso, p.filterName(iso))
 }
 
 // nativeSeed is the NoCloud seed of a VM under native delivery, built from

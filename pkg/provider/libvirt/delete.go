@@ -100,6 +100,14 @@ func (p *Provider) deleteStep(d *domain, owner provider.Owner) (string, error) {
 	if err := l.DomainUndefineFlags(d.dom, golibvirt.DomainUndefineNvram|golibvirt.DomainUndefineTpm|golibvirt.DomainUndefineManagedSave); err != nil {
 		return "", classify(fmt.Errorf("undefine VM %d: %w", vmid, err))
 	}
+	// The VM was deleted; a filter it leaves unused is only clutter, so
+	// a failed sweep fails nothing (the next deletion sweeps again).
+	p.mu.Lock()
+	delete(p.filters, owner.UID)
+	p.mu.Unlock()
+	if err := p.sweepFilters(d.host); err != nil {
+		p.log.Error(err, "Sweeping unused network filters failed", "host", d.host.Name)
+	}
 	return "undefine", nil
 }
 

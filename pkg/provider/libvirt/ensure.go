@@ -131,6 +131,10 @@ func (p *Provider) clone(spec *provider.VMSpec, ref *TemplateRef, vmid int, prev
 		p.releaseSlot(vmid)
 		return nil, provider.Errorf(provider.ClassConfiguration, "InvalidTemplate", "source.libvirt.domain: template %s on host %s: %w", ref, h.Name, err)
 	}
+	if err := p.checkIsolable(spec, x); err != nil {
+		p.releaseSlot(vmid)
+		return nil, err
+	}
 	if err := h.redefine(x); err != nil {
 		p.releaseSlot(vmid)
 		if provider.ReasonOf(err) == "AlreadyExists" {
@@ -162,6 +166,17 @@ func (p *Provider) step(ctx context.Context, spec *provider.VMSpec, ref *Templat
 	if !d.running() {
 		if p.hasRunSince(d) {
 			return p.stopped(spec.Owner, d, res)
+		}
+		if iso := spec.Isolation; iso != nil && filterRefOf(d.xml) == p.filterName(iso) {
+			// Its filter again: a sweep on another deletion may have
+			// found it unreferenced between its definition and the
+			// domain's.
+			if defined, err := p.ensureFilter(d.host, iso); err != nil || defined {
+				if err != nil {
+					return nil, err
+				}
+				return p.did(res, d, provider.PhaseConfiguring, opFilter, nextStep, "defined network filter %s of VM %d again", p.filterName(iso), vmid), nil
+			}
 		}
 		l, err := d.host.client()
 		if err != nil {

@@ -62,6 +62,24 @@ func phaseIs(ph provider.Phase) func(*provider.EnsureResult) bool {
 	return func(r *provider.EnsureResult) bool { return r.Phase == ph }
 }
 
+// deleted drives DeleteVM of owner's VM until it is Done.
+func deleted(t *testing.T, p provider.Provider, owner provider.Owner, prog provider.Progress) {
+	t.Helper()
+	for i := 0; ; i++ {
+		res, err := p.DeleteVM(t.Context(), owner, prog)
+		if err != nil {
+			t.Fatalf("DeleteVM: %v", err)
+		}
+		if res.Done {
+			return
+		}
+		if i > 20 {
+			t.Fatal("DeleteVM never Done")
+		}
+		prog = res.Progress
+	}
+}
+
 // ownedVMs counts the VMs whose marker verifies for o.
 func ownedVMs(t *testing.T, p provider.Provider, o provider.Owner) int {
 	t.Helper()
@@ -180,19 +198,7 @@ func TestStoragePoolFull(t *testing.T) {
 	if provider.Classify(err) != provider.ClassResource || !errors.Is(err, provider.ErrNoCapacity) || !strings.Contains(err.Error(), "small") {
 		t.Fatalf("clone into a full pool: %v (class %s), want a capacity error naming pool small", err, provider.Classify(err))
 	}
-	for i := 0; ; i++ {
-		res, err := p.DeleteVM(t.Context(), faultOwner, prog)
-		if err != nil {
-			t.Fatalf("DeleteVM: %v", err)
-		}
-		if res.Done {
-			break
-		}
-		if i > 20 {
-			t.Fatal("DeleteVM never Done")
-		}
-		prog = res.Progress
-	}
+	deleted(t, p, faultOwner, prog)
 	if n := ownedVMs(t, p, faultOwner); n != 0 {
 		t.Errorf("the owner still has %d VMs", n)
 	}

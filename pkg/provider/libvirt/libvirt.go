@@ -98,6 +98,33 @@
 // reads the host's free memory), and its image is the first thing
 // DeleteVM removes; the stop event of a save is not a power-off.
 //
+// # Network isolation
+//
+// A VMSpec.Isolation becomes a network filter (nwfilter.go) named
+// hf-<operator id>-<rules digest>, defined on the host before the domain
+// refers to it and shared by every VM of the install with the same rules.
+// It references libvirt's clean-traffic (the VM sends only from its MAC
+// and its addresses, ARP included; any other address or MAC loses its
+// traffic), with the addresses learnt from the VM's DHCP leases
+// (CTRL_IP_LEARNING dhcp) or given as its static IP parameters, and then
+// holds its stateful rules: replies to accepted connections, the VM's
+// DHCP when it uses DHCP, the egress rules (direction out) and ingress
+// rules (direction in) in order, each accepting a connection's first
+// packet or dropping, then drop. clean-traffic passes IPv4 and ARP only:
+// such a VM has no IPv6 at all. The filterref goes on the domain's one
+// interface, which must be on a libvirt network or a bridge; a user-mode
+// interface, a second interface or static addresses beside DHCP are
+// refused (ClassConfiguration, reason IsolationUnsupported) before the
+// clone. The rules hold traffic between VMs and from a VM to the host;
+// the host's own processes still reach a VM (libvirt filters the bridged
+// and host-bound paths only). A deletion undefines the install's filters
+// no domain or filter on the host references any more. The host needs
+// libvirt's nwfilter driver (Debian 12: in libvirt-daemon), its filters
+// (libvirt-daemon-config-nwfilter), ebtables and iptables (iptables),
+// libpcap for DHCP snooping, and the br_netfilter module loaded (its
+// bridge-nf-call-iptables is on by default), or no iptables rule sees
+// bridged traffic.
+//
 // # Hosts that do not answer
 //
 // Probe reports a host that does not answer as an offline node;
@@ -255,6 +282,9 @@ type Provider struct {
 	// background, or failed and not yet reported, by host/name
 	// (suspend.go).
 	powerJobs map[string]*powerJob
+	// filters are the network filters of VMs this process is building,
+	// by owner UID, which the sweep leaves alone (nwfilter.go).
+	filters map[string]string
 	// tasks numbers the tasks this process reports.
 	tasks int
 }
@@ -312,6 +342,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 			Lapse: holdLimit, StaleAfter: cloneHoldLimit, Now: clk.Now, Wake: deps.Wake, Observe: obs.CloneQueue}),
 		reservations: map[string]*reservation{}, copies: map[int]*fullCopy{},
 		ran: map[string]bool{}, builders: map[string]provider.Owner{}, shutdowns: map[string]bool{}, powerJobs: map[string]*powerJob{},
+		filters: map[string]string{},
 	}
 	for _, h := range s.Hosts {
 		dial, err := dialerFor(h, cfg, &s)

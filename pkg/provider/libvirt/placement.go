@@ -210,6 +210,7 @@ func unreachableNote(unreachable map[string]error) string {
 func (p *Provider) forget(o provider.Owner) {
 	p.mu.Lock()
 	delete(p.reservations, o.UID)
+	delete(p.filters, o.UID)
 	p.mu.Unlock()
 	p.slots.Leave(o.UID)
 }

@@ -83,8 +83,16 @@ func mountBase() {
 }
 
 // tool runs /init as a small command (for guest-exec): "echo ARGS...",
-// "cat FILE" or "false".
+// "cat FILE", "false", or a network test's "dial ADDRESS", "serve PORT"
+// and "readdress ADDRESS/PREFIX" (nettools.go).
 func tool(args []string) int {
+	if run, ok := netTools[args[0]]; ok {
+		if len(args) != 2 {
+			fmt.Fprintf(os.Stderr, "init: %s takes one argument\n", args[0])
+			return 2
+		}
+		return run(args[1])
+	}
 	switch args[0] {
 	case "echo":
 		for i, a := range args[1:] {
@@ -108,6 +116,6 @@ func tool(args []string) int {
 	case "false":
 		return 1
 	}
-	fmt.Fprintf(os.Stderr, "init: unknown tool %q (echo, cat, false)\n", args[0])
+	fmt.Fprintf(os.Stderr, "init: unknown tool %q (echo, cat, false, dial, serve, readdress)\n", args[0])
 	return 2
 }

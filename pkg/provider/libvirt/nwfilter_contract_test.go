@@ -1,0 +1,265 @@
+//go:build libvirtcontract
+
+package libvirt
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/tinyguest"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// isolatedSpec is a small VM of the world's template for owner uid under
+// iso, MAC ending in n.
+func (w *world) isolatedSpec(uid string, n byte, iso *provider.Isolation) *provider.VMSpec {
+	spec := w.faultSpec()
+	spec.Owner.UID, spec.Owner.Name = uid, "claim-"+uid[len(uid)-2:]
+	spec.Name = "hf-isolated-" + uid[len(uid)-2:]
+	spec.Network.MACAddress = "02:48:46:ff:01:" + string("0123456789abcdef"[n>>4]) + string("0123456789abcdef"[n&15])
+	spec.Isolation = iso
+	return spec
+}
+
+// configured drives spec's VM until its domain is configured (defined
+// with its filterref), short of starting it.
+func configured(t *testing.T, p provider.Provider, spec *provider.VMSpec) provider.Progress {
+	t.Helper()
+	var prog provider.Progress
+	if _, err := drive(t, p, spec, &prog, func(r *provider.EnsureResult) bool {
+		return r.Progress.Task != nil && r.Progress.Task.Operation == opConfigure
+	}); err != nil {
+		t.Fatalf("EnsureVM(%s): %v", spec.Name, err)
+	}
+	return prog
+}
+
+// filterNames lists the daemon's network filters.
+func (w *world) filterNames(t *testing.T) []string {
+	t.Helper()
+	filters, _, err := w.conn.ConnectListAllNwfilters(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range filters {
+		names = append(names, f.Name)
+	}
+	return names
+}
+
+// TestIsolationFilter: a VM under an isolation policy is defined with the
+// filterref of the policy's filter, which libvirtd holds with the rules
+// the provider wrote (read back and compared rule by rule); a second VM
+// under the same rules shares it; it goes when the last VM using it is
+// deleted, and filters of other installs (and of no install) stay. No
+// guest boots: the domains are deleted once configured.
+func TestIsolationFilter(t *testing.T) {
+	w := newWorld(t)
+	p := w.provider(t, w.cfg)
+	// Another install's filter, and a filter whose name only starts like
+	// this install's.
+	foreign := []string{"hf-other-0123456789ab", "hf-contract-hand-made"}
+	for _, name := range foreign {
+		doc, err := (&libvirtxml.NWFilter{Name: name, Chain: "root",
+			Entries: []libvirtxml.NWFilterEntry{{Ref: &libvirtxml.NWFilterRef{Filter: cleanTraffic}}}}).Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.conn.NwfilterDefineXML(doc); err != nil {
+			t.Fatalf("define filter %s: %v (is libvirt's clean-traffic there?)", name, err)
+		}
+	}
+	iso := testIsolation()
+	first := w.isolatedSpec("7d0f5b0e-0000-4000-8000-0000000001a1", 0xa1, iso)
+	second := w.isolatedSpec("7d0f5b0e-0000-4000-8000-0000000001a2", 0xa2, testIsolation())
+	progFirst, progSecond := configured(t, p, first), configured(t, p, second)
+
+	name := p.filterName(iso)
+	for _, id := range []provider.ID{progFirst.ID, progSecond.ID} {
+		doc, err := w.conn.DomainGetXMLDesc(w.domainOf(t, id), golibvirt.DomainXMLInactive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := parseDomain(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := x.Devices.Interfaces[0].FilterRef
+		if ref == nil || ref.Filter != name || len(ref.Parameters) != 1 || ref.Parameters[0].Name != "CTRL_IP_LEARNING" || ref.Parameters[0].Value != "dhcp" {
+			t.Errorf("VM %s: interface filterref %+v, want %s learning from DHCP", id, ref, name)
+		}
+	}
+	var own []string
+	for _, n := range w.filterNames(t) {
+		if strings.HasPrefix(n, "hf-contract-") && n != "hf-contract-hand-made" {
+			own = append(own, n)
+		}
+	}
+	if len(own) != 1 || own[0] != name {
+		t.Fatalf("the install's filters %v, want %s alone (shared by both VMs)", own, name)
+	}
+	f, err := w.conn.NwfilterLookupByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := w.conn.NwfilterGetXMLDesc(f, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored libvirtxml.NWFilter
+	if err := stored.Unmarshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	written, err := filterXML(name, iso)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotRefs, got, gotPrio := rulesOf(&stored)
+	wantRefs, want, wantPrio := rulesOf(written)
+	if strings.Join(gotRefs, ",") != strings.Join(wantRefs, ",") || strings.Join(got, "\n") != strings.Join(want, "\n") ||
+		len(gotPrio) != len(wantPrio) {
+		t.Errorf("libvirtd holds filter %s as\n%s\nwant\n%s", name, doc, strings.Join(want, "\n"))
+	}
+	for i := range min(len(gotPrio), len(wantPrio)) {
+		if gotPrio[i] != wantPrio[i] {
+			t.Errorf("rule %d (%s): priority %d in libvirtd, %d written", i, got[i], gotPrio[i], wantPrio[i])
+		}
+	}
+
+	deleted(t, p, first.Owner, progFirst)
+	if _, err := w.conn.NwfilterLookupByName(name); err != nil {
+		t.Errorf("filter %s went with the first VM while the second uses it: %v", name, err)
+	}
+	deleted(t, p, second.Owner, progSecond)
+	if _, err := w.conn.NwfilterLookupByName(name); !isCode(err, golibvirt.ErrNoNwfilter) {
+		t.Errorf("filter %s is still there after its last VM was deleted: %v", name, err)
+	}
+	for _, n := range foreign {
+		if _, err := w.conn.NwfilterLookupByName(n); err != nil {
+			t.Errorf("filter %s, not this install's, was touched: %v", n, err)
+		}
+	}
+}
+
+// TestIsolationEnforced: libvirtd holds a real guest to its policy. Two
+// tiny guests share the world's network inside the daemon's namespace;
+// one runs under a policy that lets it open TCP connections to the
+// bridge's address on port 8080 only, the other under none. The isolated
+// guest reaches 10.77.0.1:8080 and nothing else (not port 8081 there,
+// which the open guest reaches, not the open guest), nothing reaches it,
+// and no other guest reaches it; once it takes another address even the
+// allowed connection fails. Two boots: the daemon's world used 10.9
+// CPU-s (QEMU 4.1 and 4.5 of it), the test process and go 3.6, on the
+// project's 2-core machine.
+func TestIsolationEnforced(t *testing.T) {
+	w := newWorld(t)
+	p := w.provider(t, w.cfg)
+	const allowed, other = "10.77.0.1:8080", "10.77.0.1:8081"
+	w.d.ListenTCP(t, allowed)
+	w.d.ListenTCP(t, other)
+	iso := &provider.Isolation{Policy: "enforced", DHCP: true, AddressSubnets: []string{"10.77.0.0/24"},
+		Egress: []provider.FirewallRule{{Action: provider.FirewallAccept, CIDR: "10.77.0.1", Protocol: provider.ProtocolTCP,
+			Ports: []provider.PortRange{{From: 8080, To: 8080}}, Comment: "the one service jobs use"}}}
+	isolated := w.isolatedSpec("7d0f5b0e-0000-4000-8000-0000000001b1", 0xb1, iso)
+	open := w.isolatedSpec("7d0f5b0e-0000-4000-8000-0000000001b2", 0xb2, nil)
+
+	// Both boot at once.
+	var progIsolated, progOpen provider.Progress
+	for _, vm := range []struct {
+		spec *provider.VMSpec
+		prog *provider.Progress
+	}{{isolated, &progIsolated}, {open, &progOpen}} {
+		if _, err := drive(t, p, vm.spec, vm.prog, phaseIs(provider.PhaseBooting)); err != nil {
+			t.Fatalf("EnsureVM(%s): %v", vm.spec.Name, err)
+		}
+	}
+	var addrIsolated, addrOpen string
+	for _, vm := range []struct {
+		spec *provider.VMSpec
+		prog *provider.Progress
+		addr *string
+	}{{isolated, &progIsolated, &addrIsolated}, {open, &progOpen, &addrOpen}} {
+		res, err := drive(t, p, vm.spec, vm.prog, phaseIs(provider.PhaseRunning))
+		if err != nil {
+			t.Fatalf("EnsureVM(%s): %v", vm.spec.Name, err)
+		}
+		*vm.addr = res.Addresses[0]
+	}
+	domIsolated, domOpen := w.domainOf(t, progIsolated.ID), w.domainOf(t, progOpen.ID)
+	for _, dom := range []golibvirt.Domain{domIsolated, domOpen} {
+		if _, err := tinyguest.Start(w.conn, dom, "serve", "9000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dial := func(dom golibvirt.Domain, address string) (string, bool) {
+		t.Helper()
+		res, err := tinyguest.Exec(w.conn, dom, "dial", address)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(res.Stdout + res.Stderr), res.ExitCode == 0
+	}
+	// The controls: the open guest's server answers the daemon's side,
+	// and the open guest reaches the service the isolated one may not.
+	waitDial(t, func() (string, error) { return w.d.DialTCP(addrOpen+":9000", 3*time.Second) })
+	if out, ok := dial(domOpen, other); !ok {
+		t.Fatalf("the open guest does not reach %s: %s", other, out)
+	}
+
+	if out, ok := dial(domIsolated, allowed); !ok || out != allowed {
+		t.Errorf("the isolated guest does not reach %s, which its policy allows: %s", allowed, out)
+	}
+	if out, ok := dial(domIsolated, other); ok {
+		t.Errorf("the isolated guest reaches %s, which its policy does not allow: %s", other, out)
+	}
+	if out, ok := dial(domIsolated, addrOpen+":9000"); ok {
+		t.Errorf("the isolated guest reaches the other guest at %s: %s", addrOpen, out)
+	}
+	if out, ok := dial(domOpen, addrIsolated+":9000"); ok {
+		t.Errorf("the other guest reaches the isolated guest at %s (no ingress is allowed): %s", addrIsolated, out)
+	}
+	// What libvirt does not filter: the host's own processes (here the
+	// daemon's side of the bridge) reach the guest, since nwfilter's
+	// iptables rules sit on the bridged (FORWARD) and host-bound (INPUT)
+	// paths only. Logged, not asserted: it is libvirt's limit, not the
+	// policy's.
+	if out, err := w.d.DialTCP(addrIsolated+":9000", 3*time.Second); err == nil {
+		t.Logf("the hypervisor host's own stack reaches the isolated guest at %s: %s", addrIsolated, out)
+	}
+
+	// Spoofing: the guest takes another address of the subnet; its
+	// traffic from it goes nowhere, the allowed connection included.
+	if res, err := tinyguest.Exec(w.conn, domIsolated, "readdress", "10.77.0.250/24"); err != nil || res.ExitCode != 0 {
+		t.Fatalf("readdress: %+v, %v", res, err)
+	}
+	if out, ok := dial(domIsolated, allowed); ok {
+		t.Errorf("the isolated guest, at an address it was not leased, still reaches %s: %s", allowed, out)
+	}
+	for _, dom := range []golibvirt.Domain{domIsolated, domOpen} {
+		if cpu, ok := w.d.DomainCPU(dom.Name); ok {
+			t.Logf("guest %s: %.2f QEMU CPU-s", dom.Name, cpu.Seconds())
+		}
+	}
+}
+
+// waitDial retries dial until it connects (a guest's server starts a
+// moment after guest-exec returns), failing the test after 10 s.
+func waitDial(t *testing.T, dial func() (string, error)) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := dial()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
