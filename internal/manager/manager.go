@@ -40,6 +40,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/isolation"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
@@ -380,7 +381,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	var agentSrv *agentserver.Server
 	var agent vmspec.AgentLocator // stays a nil interface without a server
 	var brokerEndpoint machineclaim.BrokerEndpoint
+	// What every isolation policy lets VMs reach of the operator: the
+	// agent server's port (its broker and hints are on it too).
+	var isolationOperator isolation.Operator
 	if opts.AgentServer != nil {
+		if isolationOperator, err = isolation.OperatorFromURL(opts.AgentServer.URL); err != nil {
+			return nil, err
+		}
 		// VMs that attest with their TPM enroll it at the agent server
 		// (internal/tpmenroll), every replica answering.
 		enroll := &tpmenroll.Handler{
@@ -458,9 +465,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Retry:       machineclaim.RetryDelays{First: opts.MinRetryDelay, Max: opts.MaxRetryDelay},
 		Stuck:       stuck.Detector{Bounds: stuckBounds(opts.StuckBounds)},
 		Agent:       agent,
-		PowerOff:    machineclaim.PowerOff{Transitions: transitions, Notices: notices, GuestRefusals: notices.GuestRefusals},
-		Vanished:    machineclaim.VanishedClaims{VMs: sw},
-		DNS:         machineclaim.DNSRegistration{Clusters: dnsClusters},
+		// The system's resolver finds the templates' proxies.
+		IsolationOperator: isolationOperator,
+		PowerOff:          machineclaim.PowerOff{Transitions: transitions, Notices: notices, GuestRefusals: notices.GuestRefusals},
+		Vanished:          machineclaim.VanishedClaims{VMs: sw},
+		DNS:               machineclaim.DNSRegistration{Clusters: dnsClusters},
 		Identity: machineclaim.IdentityService{
 			Servers: identities, Issuer: issuer, ScriptUser: opts.GenericScriptUser, Broker: brokerEndpoint,
 			// Clusters with spec.spire.secretStore get their VMs' credentials
