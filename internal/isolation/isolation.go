@@ -135,8 +135,9 @@ func policyNames(iso *hfv1.NetworkIsolation) string {
 // Compile returns the firewall of tmpl's VMs on cluster, nil when the
 // cluster has no isolation. Its rules, in order:
 //
-//  1. egress to the operator (operatorCIDRs) on op's ports, and DNS to the
-//     cluster's dns.servers: the platform team's own endpoints;
+//  1. egress to the operator (operatorCIDRs) on op's ports, to the
+//     cluster's SPIRE server, and DNS to the cluster's dns.servers: the
+//     platform team's own endpoints;
 //  2. drop to managementCIDRs and to the VMs' networks (vmSubnets): no
 //     policy, DNS server or proxy of a tenant's reaches them;
 //  3. DNS to anywhere when the cluster names no DNS servers (the VMs'
@@ -146,8 +147,9 @@ func policyNames(iso *hfv1.NetworkIsolation) string {
 // then drop. Ingress: ICMP, and the SSH port when network validation
 // checks it, from operatorCIDRs; then drop. The VM may send from its
 // static addresses (the caller adds them: provider.Isolation.Addresses) and
-// from a leased address in vmSubnets. The proxy's host name is resolved
-// with res now: the VM keeps the addresses of its placement.
+// from a leased address in vmSubnets. The host names of the proxy and of
+// the SPIRE server are resolved with res now: the VM keeps the addresses
+// of its placement.
 func Compile(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, op Operator, res Resolver) (*provider.Isolation, error) {
 	policy, ok, err := PolicyFor(tmpl, cluster)
 	if err != nil || !ok {
@@ -164,6 +166,11 @@ func Compile(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, cluster 
 			out.Egress = append(out.Egress, provider.FirewallRule{Action: provider.FirewallAccept, CIDR: c, Protocol: provider.ProtocolTCP, Ports: ranges(op.Ports), Comment: "the operator's agent server"})
 		}
 	}
+	spire, err := spireRules(ctx, cluster, res)
+	if err != nil {
+		return nil, err
+	}
+	out.Egress = append(out.Egress, spire...)
 	var servers []string
 	if d := cluster.Spec.DNS; d != nil {
 		servers = d.Servers
@@ -201,6 +208,31 @@ func Compile(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, cluster 
 	}
 	if err := out.Check(); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// spireRules allow TCP to the cluster's SPIRE server (spec.spire's
+// serverAddress), which the VMs' spire-agents attest to.
+func spireRules(ctx context.Context, cluster *hfv1.HypervisorCluster, res Resolver) ([]provider.FirewallRule, error) {
+	if cluster.Spec.SPIRE == nil || cluster.Spec.SPIRE.ServerAddress == "" {
+		return nil, nil
+	}
+	host, portText, err := net.SplitHostPort(cluster.Spec.SPIRE.ServerAddress)
+	if err != nil {
+		return nil, fmt.Errorf("spec.spire.serverAddress %q: %w", cluster.Spec.SPIRE.ServerAddress, err)
+	}
+	port, err := strconv.ParseUint(portText, 10, 16)
+	if err != nil || port == 0 {
+		return nil, fmt.Errorf("spec.spire.serverAddress %q: port %q is not a TCP port", cluster.Spec.SPIRE.ServerAddress, portText)
+	}
+	addrs, err := resolve(ctx, host, res)
+	if err != nil {
+		return nil, fmt.Errorf("spec.spire.serverAddress %q: resolve its host to let the VMs through: %w", cluster.Spec.SPIRE.ServerAddress, err)
+	}
+	var out []provider.FirewallRule
+	for _, a := range addrs {
+		out = append(out, provider.FirewallRule{Action: provider.FirewallAccept, CIDR: a.String(), Protocol: provider.ProtocolTCP, Ports: ranges([]uint16{uint16(port)}), Comment: "the cluster's SPIRE server"})
 	}
 	return out, nil
 }

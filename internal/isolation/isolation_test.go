@@ -49,7 +49,8 @@ func TestCompileOrder(t *testing.T) {
 	tmpl.Spec.Network.Proxy = &hfv1.ProxySettings{HTTPProxy: "http://proxy.example:3128", HTTPSProxy: "http://proxy.example:3128"}
 	cluster := isolatedCluster()
 	cluster.Spec.Network.Validation = &hfv1.NetworkValidation{SSHTest: true, SSHPort: 2222}
-	res := fakeResolver{"proxy.example": {netip.MustParseAddr("203.0.113.8")}}
+	cluster.Spec.SPIRE = &hfv1.SPIREConfig{ServerAddress: "spire.example:8081"}
+	res := fakeResolver{"proxy.example": {netip.MustParseAddr("203.0.113.8")}, "spire.example": {netip.MustParseAddr("198.51.100.81")}}
 	iso, err := Compile(context.Background(), tmpl, cluster, Operator{Ports: []uint16{9443}}, res)
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +61,7 @@ func TestCompileOrder(t *testing.T) {
 	}
 	want := []string{
 		"accept 198.51.100.5 tcp 9443",
+		"accept 198.51.100.81 tcp 8081",
 		"accept 192.0.2.53 udp 53", "accept 192.0.2.53 tcp 53",
 		"drop 10.0.0.0/24  ", "drop 192.0.2.0/24  ",
 		"accept 203.0.113.8 tcp 3128",
