@@ -113,7 +113,7 @@ func TestRuleTable(t *testing.T) {
 			},
 		},
 		{
-			name: "VM to VM: the sender's OUT, then the receiver's IN",
+			name:    "VM to VM: the sender's OUT, then the receiver's IN",
 			cluster: Cluster{Options: enabled},
 			vms: func() []VM {
 				return []VM{
