@@ -423,22 +423,31 @@ func (src ruleSource) create(s *Simulator, q *apiRequest) (any, error) {
 	return nil, nil
 }
 
-// update is update_rule: moveto moves (other arguments ignored), else the
-// properties are set and deleted and the rule verified again.
-func (src ruleSource) update(s *Simulator, q *apiRequest) (any, error) {
+// at is the rule at pos for a change: the list's digest checked first.
+func (src ruleSource) at(s *Simulator, q *apiRequest) (*ruleList, int, error) {
 	l, err := src(s, q)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	_, d := rulesAnswer(*l.rules)
 	if err := assertDigest(q, d); err != nil {
+		return nil, 0, err
+	}
+	pos := int(q.integer("pos", 0))
+	if pos >= len(*l.rules) {
+		return nil, 0, serverError("no rule at position %d", pos)
+	}
+	return l, pos, nil
+}
+
+// update is update_rule: moveto moves (other arguments ignored), else the
+// properties are set and deleted and the rule verified again.
+func (src ruleSource) update(s *Simulator, q *apiRequest) (any, error) {
+	l, pos, err := src.at(s, q)
+	if err != nil {
 		return nil, err
 	}
 	rules := *l.rules
-	pos := int(q.integer("pos", 0))
-	if pos >= len(rules) {
-		return nil, serverError("no rule at position %d", pos)
-	}
 	if q.has("moveto") {
 		if to := int(q.integer("moveto", 0)); to != pos {
 			moved := rules[pos]
@@ -484,17 +493,9 @@ func (src ruleSource) update(s *Simulator, q *apiRequest) (any, error) {
 }
 
 func (src ruleSource) remove(s *Simulator, q *apiRequest) (any, error) {
-	l, err := src(s, q)
+	l, pos, err := src.at(s, q)
 	if err != nil {
 		return nil, err
-	}
-	_, d := rulesAnswer(*l.rules)
-	if err := assertDigest(q, d); err != nil {
-		return nil, err
-	}
-	pos := int(q.integer("pos", 0))
-	if pos >= len(*l.rules) {
-		return nil, serverError("no rule at position %d", pos)
 	}
 	*l.rules = append((*l.rules)[:pos:pos], (*l.rules)[pos+1:]...)
 	s.firewallChangedLocked()
@@ -527,16 +528,22 @@ func (s *Simulator) handleFWVMOptionsSet(q *apiRequest) (any, error) {
 	return nil, nil
 }
 
-func groupList(st *fwState) ([]map[string]any, string) {
-	names := sortedKeys(st.groups)
+// namedList is a list of named objects (groups, IPSets) by name, each with
+// its comment if any, and the list's digest.
+func namedList[T any](m map[string]T, key string, comment func(T) string) ([]map[string]any, string) {
+	names := sortedKeys(m)
 	items := make([]map[string]any, len(names))
 	for i, n := range names {
-		items[i] = map[string]any{"group": n}
-		if c := st.groups[n].comment; c != "" {
+		items[i] = map[string]any{key: n}
+		if c := comment(m[n]); c != "" {
 			items[i]["comment"] = c
 		}
 	}
 	return listWithDigest(items)
+}
+
+func groupList(st *fwState) ([]map[string]any, string) {
+	return namedList(st.groups, "group", func(g *fwGroup) string { return g.comment })
 }
 
 func (s *Simulator) handleFWGroups(q *apiRequest) (any, error) {
@@ -603,15 +610,7 @@ func (s *Simulator) handleFWGroupDelete(q *apiRequest) (any, error) {
 }
 
 func ipsetList(v *fwVM) ([]map[string]any, string) {
-	names := sortedKeys(v.ipsets)
-	items := make([]map[string]any, len(names))
-	for i, n := range names {
-		items[i] = map[string]any{"name": n}
-		if c := v.ipsets[n].comment; c != "" {
-			items[i]["comment"] = c
-		}
-	}
-	return listWithDigest(items)
+	return namedList(v.ipsets, "name", func(set *fwIPSet) string { return set.comment })
 }
 
 func entryList(set *fwIPSet) ([]map[string]any, string) {
@@ -736,15 +735,25 @@ func (s *Simulator) handleFWIPGet(q *apiRequest) (any, error) {
 	return nil, paramError(map[string]string{"cidr": "no such IP/Network"})
 }
 
-// handleFWIPUpdate is update_ip: nomatch and comment are set to what was
-// sent (unset when not sent).
-func (s *Simulator) handleFWIPUpdate(q *apiRequest) (any, error) {
+// ipsetForChangeLocked is the IPSet an entry change is for, its digest
+// checked.
+func (s *Simulator) ipsetForChangeLocked(q *apiRequest) (*fwIPSet, error) {
 	_, set, err := s.ipsetLocked(q)
 	if err != nil {
 		return nil, err
 	}
 	_, d := entryList(set)
 	if err := assertDigest(q, d); err != nil {
+		return nil, err
+	}
+	return set, nil
+}
+
+// handleFWIPUpdate is update_ip: nomatch and comment are set to what was
+// sent (unset when not sent).
+func (s *Simulator) handleFWIPUpdate(q *apiRequest) (any, error) {
+	set, err := s.ipsetForChangeLocked(q)
+	if err != nil {
 		return nil, err
 	}
 	for i, e := range set.entries {
@@ -759,12 +768,8 @@ func (s *Simulator) handleFWIPUpdate(q *apiRequest) (any, error) {
 }
 
 func (s *Simulator) handleFWIPRemove(q *apiRequest) (any, error) {
-	_, set, err := s.ipsetLocked(q)
+	set, err := s.ipsetForChangeLocked(q)
 	if err != nil {
-		return nil, err
-	}
-	_, d := entryList(set)
-	if err := assertDigest(q, d); err != nil {
 		return nil, err
 	}
 	var keep []fwEntry
