@@ -130,6 +130,9 @@ func (s *Simulator) clonePlaceholder(t *task, p *clonePlan, at time.Time) {
 		return
 	}
 	s.vms[p.newid] = &vm{vmid: p.newid, node: p.target, conf: map[string]string{"lock": "clone"}}
+	// clone_vmfw_conf, right after the placeholder; a failed clone removes
+	// the copy with the VM.
+	s.cloneFirewallLocked(p.src, p.newid)
 
 	// Disk work runs under the storage locks of every storage involved.
 	// One clone holds a storage for its whole disk phase; later clones
@@ -156,6 +159,7 @@ func (s *Simulator) clonePlaceholder(t *task, p *clonePlan, at time.Time) {
 		}
 		s.scheduleLocked(at.Add(wait), func(at2 time.Time) {
 			delete(s.vms, p.newid)
+			s.forgetFirewallLocked(p.newid)
 			t.finish(at2, fmt.Errorf("clone failed: %s", blocker.lockTimeoutError()))
 		})
 		return
@@ -196,12 +200,14 @@ func (s *Simulator) cloneFinish(t *task, p *clonePlan, at time.Time) {
 	}
 	if src == nil {
 		delete(s.vms, p.newid)
+		s.forgetFirewallLocked(p.newid)
 		t.finish(at, fmt.Errorf("clone failed: source VM %d vanished", p.src))
 		return
 	}
 	if err := s.taskFaultLocked(classClone, strconv.Itoa(p.newid), p.storage); err != nil {
 		// A failed clone worker removes what it created.
 		delete(s.vms, p.newid)
+		s.forgetFirewallLocked(p.newid)
 		t.finish(at, err)
 		return
 	}
@@ -242,6 +248,7 @@ func (s *Simulator) cloneFinish(t *task, p *clonePlan, at time.Time) {
 		sst, svol := s.findVolumeLocked(d.file, src.node)
 		if sst == nil || svol == nil {
 			delete(s.vms, p.newid)
+			s.forgetFirewallLocked(p.newid)
 			t.finish(at, fmt.Errorf("clone failed: volume '%s' does not exist", d.file))
 			return
 		}

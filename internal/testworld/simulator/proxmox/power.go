@@ -284,6 +284,8 @@ func (s *Simulator) handleDestroy(q *apiRequest) (any, error) {
 			s.guest.forgetLocked(v.vmid)
 		}
 		delete(s.vms, v.vmid)
+		s.forgetFirewallLocked(v.vmid) // remove_vmfw_conf
+		s.firewallChangedLocked()
 		t.finish(at, nil)
 	})
 	return t.upid, nil

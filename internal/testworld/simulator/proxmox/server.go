@@ -70,6 +70,11 @@ type Simulator struct {
 	storageBusy map[string]time.Time
 	lastPID     int
 	addrs       *addressPool
+	// fw is the firewall configuration (firewall.go), nil until used;
+	// fwApplied what firewall_enforce.go last loaded.
+	fw        *fwState
+	fwApplied string
+	fwErr     error
 	// callLog receives every checked call (WithCallLog); nil: none.
 	callLog func(CallRecord)
 }
@@ -166,8 +171,9 @@ func (s *Simulator) Close() error {
 		s.timer.Stop()
 	}
 	realGuests := s.real
+	fwErr := s.removeFirewallLocked()
 	s.mu.Unlock()
-	var errs []error
+	errs := []error{fwErr}
 	if realGuests != nil {
 		errs = append(errs, realGuests.close())
 	}
@@ -338,6 +344,11 @@ func (s *Simulator) dispatch(req *apiRequest) (any, error) {
 	// Zero-latency work is due now: finish it before answering so that a
 	// client never sees a zero-duration task "running".
 	s.runDueLocked()
+	if req.method != http.MethodGet {
+		// A VM's net0, a clone or a destroy changes the ruleset as much
+		// as the firewall endpoints do.
+		s.firewallChangedLocked()
+	}
 	return data, err
 }
 
@@ -548,7 +559,7 @@ func apiRoutes() []*route {
 	ticket := newRoute(http.MethodPost, "/access/ticket", classAuth, ticketSchema, (*Simulator).handleTicket)
 	ticket.noAuth = true
 	poolType := param{name: "type", kind: kString, optional: true, enum: []string{"qemu", "lxc", "storage"}}
-	return []*route{
+	return append([]*route{
 		ticket,
 		newRoute(http.MethodGet, "/version", classOther, sch(), (*Simulator).handleVersion),
 		newRoute(http.MethodGet, "/nodes", classOther, sch(), (*Simulator).handleNodes),
@@ -598,7 +609,7 @@ func apiRoutes() []*route {
 		newRoute(http.MethodDelete, "/nodes/{node}/storage/{storage}/content/{volume...}", classStorage, sch(nodeP, storageP, volumeP,
 			param{name: "delay", kind: kInt, optional: true, min: intPtr(1), max: intPtr(30)}), (*Simulator).handleDeleteContent),
 		newRoute(http.MethodPost, "/nodes/{node}/storage/{storage}/upload", classUpload, uploadSchema, (*Simulator).handleUpload),
-	}
+	}, firewallRoutes()...)
 }
 
 // sortedKeys returns the keys of m in order.

@@ -35,6 +35,7 @@ var Sources = map[Version][]Source{
 		{"proxmox/pve-storage", "stable-8", "libpve-storage-perl 8.3.8", "1af4790d7ef4caacc9db10cc3c5f64575f13e966"},
 		{"proxmox/pve-access-control", "stable-bookworm", "libpve-access-control 8.2.3", "0f258e710ec5a7dfd23d054a29cf0ba65fec2362"},
 		{"proxmox/pve-guest-common", "master", "libpve-guest-common-perl 5.2.2", "58ad1835bf48ac8a62877cc8889c67b49330113f"},
+		{"proxmox/pve-firewall", "stable-bookworm", "pve-firewall 5.1.2", "9b7fdbb369b2767e71272525b37fa6dd74a15330"},
 	},
 	PVE9: {
 		{"proxmox/qemu-server", "master", "qemu-server 9.2.6", "e6352be67f70042a7433a3a3c712b36d02f9f7cb"},
@@ -42,6 +43,7 @@ var Sources = map[Version][]Source{
 		{"proxmox/pve-storage", "master", "libpve-storage-perl 9.1.7", "0c56bad8b2a7d69e5ce2c243651fe830d6caa936"},
 		{"proxmox/pve-access-control", "master", "libpve-access-control 9.1.1", "5ccd07d9302562b73374d331b63d25b04b86766c"},
 		{"proxmox/pve-guest-common", "master", "libpve-guest-common-perl 6.0.2", "4a8f6cbf78e1b6992ef77facb4ff2ab3372999e7"},
+		{"proxmox/pve-firewall", "master", "pve-firewall 6.0.4", "6f1311f349daee920c7eedcc6e53d7fc5e2cfdbf"},
 	},
 }
 
@@ -296,6 +298,81 @@ var Table = []Endpoint{
 	// pve-storage src/PVE/API2/Storage/Status.pm upload.
 	{Method: "POST", Path: "/nodes/{node}/storage/{storage}/upload", Source: "pve-storage src/PVE/API2/Storage/Status.pm upload",
 		Checks: both(Check{Path: "/storage/{storage}", Privs: []string{"Datastore.AllocateTemplate"}})},
+	// pve-firewall src/PVE/API2/Firewall/Cluster.pm get_options.
+	{Method: "GET", Path: "/cluster/firewall/options", Source: "pve-firewall src/PVE/API2/Firewall/Cluster.pm get_options",
+		Checks: both(Check{Path: "/", Privs: []string{"Sys.Audit"}})},
+	// pve-firewall src/PVE/API2/Firewall/Cluster.pm set_options.
+	{Method: "PUT", Path: "/cluster/firewall/options", Source: "pve-firewall src/PVE/API2/Firewall/Cluster.pm set_options",
+		Checks: both(Check{Path: "/", Privs: []string{"Sys.Modify"}})},
+	// pve-firewall src/PVE/API2/Firewall/Groups.pm list_security_groups.
+	{Method: "GET", Path: "/cluster/firewall/groups", Source: "pve-firewall src/PVE/API2/Firewall/Groups.pm list_security_groups",
+		Note: "user => 'all'"},
+	// pve-firewall src/PVE/API2/Firewall/Groups.pm create_security_group.
+	{Method: "POST", Path: "/cluster/firewall/groups", Source: "pve-firewall src/PVE/API2/Firewall/Groups.pm create_security_group",
+		Checks: both(Check{Path: "/", Privs: []string{"Sys.Modify"}})},
+	// pve-firewall src/PVE/API2/Firewall/Rules.pm GroupRules get_rules (rules_audit_permissions 'group').
+	{Method: "GET", Path: "/cluster/firewall/groups/{group}", Source: "pve-firewall src/PVE/API2/Firewall/Rules.pm GroupRules get_rules (rules_audit_permissions 'group')",
+		Checks: both(Check{Path: "/", Privs: []string{"Sys.Audit"}})},
+	// pve-firewall src/PVE/API2/Firewall/Rules.pm GroupRules create_rule (rules_modify_permissions 'group').
+	{Method: "POST", Path: "/cluster/firewall/groups/{group}", Source: "pve-firewall src/PVE/API2/Firewall/Rules.pm GroupRules create_rule (rules_modify_permissions 'group')",
+		Checks: both(Check{Path: "/", Privs: []string{"Sys.Modify"}})},
+	// pve-firewall src/PVE/API2/Firewall/Rules.pm GroupRules delete_security_group.
+	{Method: "DELETE", Path: "/cluster/firewall/groups/{group}", Source: "pve-firewall src/PVE/API2/Firewall/Rules.pm GroupRules delete_security_group",
+		Checks: both(Check{Path: "/", Privs: []string{"Sys.Modify"}})},
+	// pve-firewall src/PVE/API2/Firewall/Rules.pm GroupRules get_rule.
+	{Method: "GET", Path: "/cluster/firewall/groups/{group}/{pos}", Source: "pve-firewall src/PVE/API2/Firewall/Rules.pm GroupRules get_rule",
+		Checks: both(Check{Path: "/", Privs: []string{"Sys.Audit"}})},
+	// pve-firewall src/PVE/API2/Firewall/Rules.pm GroupRules update_rule.
+	{Method: "PUT", Path: "/cluster/firewall/groups/{group}/{pos}", Source: "pve-firewall src/PVE/API2/Firewall/Rules.pm GroupRules update_rule",
+		Checks: both(Check{Path: "/", Privs: []string{"Sys.Modify"}})},
+	// pve-firewall src/PVE/API2/Firewall/Rules.pm GroupRules delete_rule.
+	{Method: "DELETE", Path: "/cluster/firewall/groups/{group}/{pos}", Source: "pve-firewall src/PVE/API2/Firewall/Rules.pm GroupRules delete_rule",
+		Checks: both(Check{Path: "/", Privs: []string{"Sys.Modify"}})},
+	// pve-firewall src/PVE/API2/Firewall/VM.pm get_options.
+	{Method: "GET", Path: "/nodes/{node}/qemu/{vmid}/firewall/options", Source: "pve-firewall src/PVE/API2/Firewall/VM.pm get_options",
+		Checks: vm("VM.Audit")},
+	// pve-firewall src/PVE/API2/Firewall/VM.pm set_options.
+	{Method: "PUT", Path: "/nodes/{node}/qemu/{vmid}/firewall/options", Source: "pve-firewall src/PVE/API2/Firewall/VM.pm set_options",
+		Checks: vm("VM.Config.Network")},
+	// pve-firewall src/PVE/API2/Firewall/Rules.pm VMRules get_rules (rules_audit_permissions 'vm').
+	{Method: "GET", Path: "/nodes/{node}/qemu/{vmid}/firewall/rules", Source: "pve-firewall src/PVE/API2/Firewall/Rules.pm VMRules get_rules (rules_audit_permissions 'vm')",
+		Checks: vm("VM.Audit")},
+	// pve-firewall src/PVE/API2/Firewall/Rules.pm VMRules create_rule (rules_modify_permissions 'vm').
+	{Method: "POST", Path: "/nodes/{node}/qemu/{vmid}/firewall/rules", Source: "pve-firewall src/PVE/API2/Firewall/Rules.pm VMRules create_rule (rules_modify_permissions 'vm')",
+		Checks: vm("VM.Config.Network")},
+	// pve-firewall src/PVE/API2/Firewall/Rules.pm VMRules get_rule.
+	{Method: "GET", Path: "/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}", Source: "pve-firewall src/PVE/API2/Firewall/Rules.pm VMRules get_rule",
+		Checks: vm("VM.Audit")},
+	// pve-firewall src/PVE/API2/Firewall/Rules.pm VMRules update_rule.
+	{Method: "PUT", Path: "/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}", Source: "pve-firewall src/PVE/API2/Firewall/Rules.pm VMRules update_rule",
+		Checks: vm("VM.Config.Network")},
+	// pve-firewall src/PVE/API2/Firewall/Rules.pm VMRules delete_rule.
+	{Method: "DELETE", Path: "/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}", Source: "pve-firewall src/PVE/API2/Firewall/Rules.pm VMRules delete_rule",
+		Checks: vm("VM.Config.Network")},
+	// pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPSetList ipset_index.
+	{Method: "GET", Path: "/nodes/{node}/qemu/{vmid}/firewall/ipset", Source: "pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPSetList ipset_index",
+		Checks: vm("VM.Audit")},
+	// pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPSetList create_ipset.
+	{Method: "POST", Path: "/nodes/{node}/qemu/{vmid}/firewall/ipset", Source: "pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPSetList create_ipset",
+		Checks: vm("VM.Config.Network")},
+	// pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPset get_ipset.
+	{Method: "GET", Path: "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}", Source: "pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPset get_ipset",
+		Checks: vm("VM.Audit")},
+	// pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPset create_ip.
+	{Method: "POST", Path: "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}", Source: "pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPset create_ip",
+		Checks: vm("VM.Config.Network")},
+	// pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPset delete_ipset.
+	{Method: "DELETE", Path: "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}", Source: "pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPset delete_ipset",
+		Checks: vm("VM.Config.Network")},
+	// pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPset read_ip.
+	{Method: "GET", Path: "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}/{cidr}", Source: "pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPset read_ip",
+		Checks: vm("VM.Audit")},
+	// pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPset update_ip.
+	{Method: "PUT", Path: "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}/{cidr}", Source: "pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPset update_ip",
+		Checks: vm("VM.Config.Network")},
+	// pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPset remove_ip.
+	{Method: "DELETE", Path: "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}/{cidr}", Source: "pve-firewall src/PVE/API2/Firewall/IPSet.pm VMIPset remove_ip",
+		Checks: vm("VM.Config.Network")},
 }
 
 // Lookup returns the row of method and path template.
