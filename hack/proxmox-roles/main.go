@@ -84,6 +84,7 @@ var features = map[string]string{
 	"vtpm":             "`spec.attestation.tpm.addVirtualTPM` (a new tpmstate0 disk per VM)",
 	"pools":            "Resource pools (`spec.source.proxmox.pool`)",
 	"standby":          "The standby tier (`spec.standby` of a RunnerPool): VMs suspended to disk and resumed for a job",
+	"isolation":        "Network isolation (`spec.network.isolation` of the HypervisorCluster): each policy a security group, each VM its firewall options, rule and ipfilter IPSet",
 }
 
 func (d rolesDoc) validate() error {

@@ -263,6 +263,14 @@ func TestEndpointTemplate(t *testing.T) {
 		"/api2/json/access/ticket":     "/access/ticket",
 		"/api2/json/pools/ci":          "/pools/{poolid}",
 		"/api2/json/nodes/pve1/qemu/7/agent/network-get-interfaces": "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces",
+		// pve-firewall's: a group name, a rule position, an IPSet and its
+		// entry never reach a metric label.
+		"/api2/json/cluster/firewall/groups":                                 "/cluster/firewall/groups",
+		"/api2/json/cluster/firewall/groups/hf9f86d09dcc7655ea":              "/cluster/firewall/groups/{group}",
+		"/api2/json/cluster/firewall/groups/hf9f86d09dcc7655ea/0":            "/cluster/firewall/groups/{group}/{pos}",
+		"/api2/json/nodes/pve1/qemu/7/firewall/rules/3":                      "/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}",
+		"/api2/json/nodes/pve1/qemu/7/firewall/ipset/ipfilter-net0":          "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}",
+		"/api2/json/nodes/pve1/qemu/7/firewall/ipset/ipfilter-net0/10.0.0.5": "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}/{cidr}",
 	} {
 		if got := endpointTemplate("/api2/json", in); got != want {
 			t.Errorf("endpointTemplate(%q) = %q, want %q", in, got, want)

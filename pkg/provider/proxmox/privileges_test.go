@@ -70,7 +70,29 @@ func featureSets() []featureSet {
 		// The standby tier: the VM suspended to disk, resumed, suspended
 		// again and deleted so.
 		{name: "standby", spec: func(*testing.T, *provider.VMSpec) {}, use: standby},
+		// spec.network.isolation: the policy's security group, the VM's
+		// firewall options, rule and ipfilter IPSet, the datacenter
+		// firewall read by Probe, and the sweep's deletion of the group.
+		{name: "isolation", spec: func(_ *testing.T, s *provider.VMSpec) {
+			s.Isolation = isolationSpec(s.Name, s.Owner.UID).Isolation
+		}, sim: func(_ *testing.T, e *env, _ *provider.VMSpec) { e.p.cfg.Isolated = true }, use: sweepIsolation},
 	}
+}
+
+// sweepIsolation deletes the isolation objects the VM's policy made, as
+// the orphan sweep does once no claim needs them.
+func sweepIsolation(e *env, _ *provider.VMSpec, prog provider.Progress) (provider.Progress, error) {
+	ctx := context.Background()
+	objects, err := e.p.ListIsolationObjects(ctx)
+	if err != nil {
+		return prog, fmt.Errorf("ListIsolationObjects: %w", err)
+	}
+	for _, o := range objects {
+		if err := e.p.DeleteIsolationObject(ctx, o); err != nil {
+			return prog, fmt.Errorf("DeleteIsolationObject: %w", err)
+		}
+	}
+	return prog, nil
 }
 
 // standby suspends the VM to disk, resumes it to Running, and suspends it

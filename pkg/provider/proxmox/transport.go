@@ -193,9 +193,21 @@ func endpointTemplate(basePath, path string) string {
 		if member, ok := memberPlaceholders[seg]; ok {
 			out = append(out, member)
 			i++
+			if sub, ok := subMemberPlaceholders[member]; ok && i+1 < len(segs) {
+				out = append(out, sub)
+				i++
+			}
 		}
 	}
 	return "/" + strings.Join(out, "/")
+}
+
+// subMemberPlaceholders are the placeholders of the segment that follows
+// a member and names one of its parts: a firewall security group's rule
+// by position, an IPSet's entry by address.
+var subMemberPlaceholders = map[string]string{
+	"{group}": "{pos}",
+	"{name}":  "{cidr}",
 }
 
 // memberPlaceholders are the placeholders of the segment that follows a
@@ -207,6 +219,10 @@ var memberPlaceholders = map[string]string{
 	"tasks":   "{upid}",
 	"storage": "{storage}",
 	"pools":   "{poolid}",
+	// pve-firewall's: security groups, a VM's rules and IPSets.
+	"groups": "{group}",
+	"rules":  "{pos}",
+	"ipset":  "{name}",
 }
 
 // placeholderFor hides a segment that is not a fixed word of the API.
