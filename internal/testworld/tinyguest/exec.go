@@ -35,8 +35,8 @@ func Start(conn *libvirt.Libvirt, dom libvirt.Domain, args ...string) (int, erro
 // its end: "echo", "cat" and "false", and a network test's "dial
 // HOST:PORT" (a TCP connection, exit code 1 when none is made within 3
 // s), "serve PORT" (answers every connection with a line naming the
-// guest; Start it) and "readdress ADDRESS/PREFIX" (the NIC's IPv4
-// address replaced).
+// guest; Start it), "readdress ADDRESS/PREFIX" (the NIC's IPv4
+// address replaced) and "remac MAC" (its MAC address replaced).
 func Exec(conn *libvirt.Libvirt, dom libvirt.Domain, args ...string) (Result, error) {
 	pid, err := Start(conn, dom, args...)
 	if err != nil {

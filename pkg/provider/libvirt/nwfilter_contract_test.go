@@ -152,8 +152,9 @@ func TestIsolationFilter(t *testing.T) {
 // bridge's address on port 8080 only, the other under none. The isolated
 // guest reaches 10.77.0.1:8080 and nothing else (not port 8081 there,
 // which the open guest reaches, not the open guest), nothing reaches it,
-// and no other guest reaches it; once it takes another address even the
-// allowed connection fails. Two boots: the daemon's world used 10.9
+// and no other guest reaches it; once it takes another MAC or another
+// address even the allowed connection fails (its own MAC back, it
+// succeeds again). Two boots: the daemon's world used 10.9
 // CPU-s (QEMU 4.1 and 4.5 of it), the test process and go 3.6, on the
 // project's 2-core machine.
 func TestIsolationEnforced(t *testing.T) {
@@ -230,6 +231,21 @@ func TestIsolationEnforced(t *testing.T) {
 	// policy's.
 	if out, err := w.d.DialTCP(addrIsolated+":9000", 3*time.Second); err == nil {
 		t.Logf("the hypervisor host's own stack reaches the isolated guest at %s: %s", addrIsolated, out)
+	}
+
+	// Spoofing a MAC: the guest takes another VM's; what it sends goes
+	// nowhere, and its own MAC back brings its traffic back (the control:
+	// the MAC, nothing else, decided).
+	for _, c := range []struct {
+		mac   string
+		reach bool
+	}{{"02:48:46:ff:01:b2", false}, {isolated.Network.MACAddress, true}} {
+		if res, err := tinyguest.Exec(w.conn, domIsolated, "remac", c.mac); err != nil || res.ExitCode != 0 {
+			t.Fatalf("remac %s: %+v, %v", c.mac, res, err)
+		}
+		if out, ok := dial(domIsolated, allowed); ok != c.reach {
+			t.Errorf("the isolated guest with MAC %s reaches %s: %v (%s), want %v", c.mac, allowed, ok, out, c.reach)
+		}
 	}
 
 	// Spoofing: the guest takes another address of the subnet; its

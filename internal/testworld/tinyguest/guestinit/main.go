@@ -84,7 +84,7 @@ func mountBase() {
 
 // tool runs /init as a small command (for guest-exec): "echo ARGS...",
 // "cat FILE", "false", or a network test's "dial ADDRESS", "serve PORT"
-// and "readdress ADDRESS/PREFIX" (nettools.go).
+// "readdress ADDRESS/PREFIX" and "remac MAC" (nettools.go).
 func tool(args []string) int {
 	if run, ok := netTools[args[0]]; ok {
 		if len(args) != 2 {
@@ -116,6 +116,6 @@ func tool(args []string) int {
 	case "false":
 		return 1
 	}
-	fmt.Fprintf(os.Stderr, "init: unknown tool %q (echo, cat, false, dial, serve, readdress)\n", args[0])
+	fmt.Fprintf(os.Stderr, "init: unknown tool %q (echo, cat, false, dial, serve, readdress, remac)\n", args[0])
 	return 2
 }

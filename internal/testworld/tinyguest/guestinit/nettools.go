@@ -9,7 +9,7 @@ import (
 )
 
 // netTools are the tools a network test runs in the guest, by name.
-var netTools = map[string]func(arg string) int{"dial": dialTool, "serve": serveTool, "readdress": readdressTool}
+var netTools = map[string]func(arg string) int{"dial": dialTool, "serve": serveTool, "readdress": readdressTool, "remac": remacTool}
 
 // dialTimeout bounds a dial tool: a filtered SYN is dropped silently, so
 // only the timeout ends it.
@@ -73,6 +73,27 @@ func readdressTool(prefix string) int {
 	}
 	if err := setIPv4(nic.Name, p); err != nil {
 		fmt.Fprintf(os.Stderr, "readdress %s: %v\n", nic.Name, err)
+		return 1
+	}
+	return 0
+}
+
+// remacTool gives the first NIC another MAC address, as a job spoofing
+// another VM's would: "remac MAC". virtio-net takes a new address while
+// the link is up.
+func remacTool(mac string) int {
+	hw, err := net.ParseMAC(mac)
+	if err != nil || len(hw) != 6 {
+		fmt.Fprintf(os.Stderr, "remac: %q is no Ethernet MAC address\n", mac)
+		return 2
+	}
+	nic, err := waitNIC()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := setMAC(nic.Name, hw); err != nil {
+		fmt.Fprintf(os.Stderr, "remac %s: %v\n", nic.Name, err)
 		return 1
 	}
 	return 0

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -176,4 +177,20 @@ func setIPv4Ifreq(fd int, ifr *unix.Ifreq, p netip.Prefix) error {
 		return fmt.Errorf("netmask: %w", err)
 	}
 	return nil
+}
+
+// setMAC sets an interface's hardware address (SIOCSIFHWADDR): the
+// request's union holds a struct sockaddr of family ARPHRD_ETHER whose
+// data is the address. x/sys/unix's Ifreq has no setter for it, so the
+// bytes are written in place, after the 16 bytes of the name.
+func setMAC(name string, hw net.HardwareAddr) error {
+	return withIfreq(name, func(fd int, ifr *unix.Ifreq) error {
+		raw := (*[unix.IFNAMSIZ + 24]byte)(unsafe.Pointer(ifr))
+		binary.NativeEndian.PutUint16(raw[unix.IFNAMSIZ:], unix.ARPHRD_ETHER)
+		copy(raw[unix.IFNAMSIZ+2:], hw)
+		if err := unix.IoctlIfreq(fd, unix.SIOCSIFHWADDR, ifr); err != nil {
+			return fmt.Errorf("hardware address: %w", err)
+		}
+		return nil
+	})
 }
