@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -97,50 +98,75 @@ func (l *Link) Close() error {
 }
 
 // Listen opens a TCP listener at addr inside the namespace name: a socket
-// keeps the namespace of the thread that made it, so one locked thread
-// enters the namespace, listens and returns.
+// keeps the namespace of the thread that made it.
 func Listen(name, addr string) (net.Listener, error) {
-	type result struct {
-		ln  net.Listener
-		err error
+	var ln net.Listener
+	err := In(name, func() error {
+		var err error
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil {
+		if ln != nil {
+			_ = ln.Close()
+		}
+		return nil, fmt.Errorf("netns: listen in %s: %w", name, err)
 	}
-	done := make(chan result, 1)
+	return ln, nil
+}
+
+// Dial opens a TCP connection to addr from inside the namespace name,
+// giving up after timeout.
+func Dial(name, addr string, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := In(name, func() error {
+		var err error
+		c, err = net.DialTimeout("tcp", addr, timeout)
+		return err
+	})
+	if err != nil {
+		if c != nil {
+			_ = c.Close()
+		}
+		return nil, fmt.Errorf("netns: dial %s in %s: %w", addr, name, err)
+	}
+	return c, nil
+}
+
+// In runs f on one locked OS thread that has entered the namespace name,
+// then leaves it: the sockets f opens keep that namespace for their whole
+// life, whichever thread uses them later. A thread that could not leave
+// stays locked and exits with its goroutine instead of serving others in
+// the wrong namespace.
+func In(name string, f func() error) error {
+	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// Left locked when a step fails: the thread then exits with the
-		// goroutine instead of serving others in the wrong namespace.
 		home, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
-			done <- result{err: fmt.Errorf("netns: %w", err)}
+			done <- fmt.Errorf("netns: %w", err)
 			return
 		}
 		defer home.Close()
 		target, err := os.Open("/run/netns/" + name)
 		if err != nil {
-			done <- result{err: fmt.Errorf("netns: %w", err)}
+			done <- fmt.Errorf("netns: %w", err)
 			return
 		}
 		defer target.Close()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- result{err: fmt.Errorf("netns: enter %s: %w", name, err)}
+			done <- fmt.Errorf("netns: enter %s: %w", name, err)
 			return
 		}
-		ln, lerr := net.Listen("tcp", addr)
+		ferr := f()
 		if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
-			if ln != nil {
-				_ = ln.Close()
-			}
-			done <- result{err: fmt.Errorf("netns: leave %s: %w", name, err)}
+			done <- fmt.Errorf("netns: leave %s: %w", name, err)
 			return
 		}
 		runtime.UnlockOSThread()
-		if lerr != nil {
-			lerr = fmt.Errorf("netns: listen in %s: %w", name, lerr)
-		}
-		done <- result{ln: ln, err: lerr}
+		done <- ferr
 	}()
-	r := <-done
-	return r.ln, r.err
+	return <-done
 }
 
 func run(args ...string) error {

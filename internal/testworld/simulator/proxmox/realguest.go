@@ -573,6 +573,20 @@ func (s *Simulator) GuestExec(ctx context.Context, vmid int, argv ...string) (qe
 	return res, nil
 }
 
+// GuestStart starts argv in the running real guest of vmid through its
+// QEMU guest agent and returns its PID there, without waiting for it.
+func (s *Simulator) GuestStart(ctx context.Context, vmid int, argv ...string) (int, error) {
+	socket, err := s.agentSocket(vmid)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := qemu.AgentStart(ctx, socket, argv...)
+	if err != nil {
+		return 0, fmt.Errorf("VM %d: %w", vmid, err)
+	}
+	return pid, nil
+}
+
 func (s *Simulator) agentSocket(vmid int) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

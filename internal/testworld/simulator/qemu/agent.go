@@ -72,16 +72,14 @@ type ExecResult struct {
 // guest-exec-status, and returns its exit code and output: what
 // `qm guest exec` does on Proxmox.
 func AgentExec(ctx context.Context, socket string, argv ...string) (ExecResult, error) {
-	var started struct {
-		PID int `json:"pid"`
+	pid, err := AgentStart(ctx, socket, argv...)
+	if err != nil {
+		return ExecResult{}, err
 	}
 	call := func(cmd string, args, out any) error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		return AgentCall(cctx, socket, cmd, args, out)
-	}
-	if err := call("guest-exec", map[string]any{"path": argv[0], "arg": argv[1:], "capture-output": true}, &started); err != nil {
-		return ExecResult{}, fmt.Errorf("run %s in the guest: %w", strings.Join(argv, " "), err)
 	}
 	// Most programs end within milliseconds: poll soon, then less
 	// often, up to once a second.
@@ -94,7 +92,7 @@ func AgentExec(ctx context.Context, socket string, argv ...string) (ExecResult, 
 			OutData  string `json:"out-data"`
 			ErrData  string `json:"err-data"`
 		}
-		if err := call("guest-exec-status", map[string]int{"pid": started.PID}, &st); err != nil {
+		if err := call("guest-exec-status", map[string]int{"pid": pid}, &st); err != nil {
 			return ExecResult{}, fmt.Errorf("wait for %s in the guest: %w", argv[0], err)
 		}
 		if st.Exited {
@@ -113,6 +111,20 @@ func AgentExec(ctx context.Context, socket string, argv ...string) (ExecResult, 
 		}
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// AgentStart starts argv in the guest (guest-exec) and returns its PID
+// there without waiting for it: a server a test runs in the guest.
+func AgentStart(ctx context.Context, socket string, argv ...string) (int, error) {
+	var started struct {
+		PID int `json:"pid"`
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := AgentCall(cctx, socket, "guest-exec", map[string]any{"path": argv[0], "arg": argv[1:], "capture-output": true}, &started); err != nil {
+		return 0, fmt.Errorf("run %s in the guest: %w", strings.Join(argv, " "), err)
+	}
+	return started.PID, nil
 }
 
 // WaitAgent polls guest-ping until the guest agent answers or ctx ends.
