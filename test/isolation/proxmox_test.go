@@ -326,9 +326,9 @@ func vmSpec(name, n string, iso *provider.Isolation) *provider.VMSpec {
 	uid := "9b1d0c2e-0000-4000-8000-00000000000" + n
 	own := *iso
 	return &provider.VMSpec{
-		Owner:  provider.Owner{Namespace: "ci", Name: name, UID: uid, CreatedAt: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)},
-		Name:   name,
-		Source: provider.TemplateSource{Linked: true, Settings: proxmox.TemplateRef{ID: 9000}},
+		Owner:   provider.Owner{Namespace: "ci", Name: name, UID: uid, CreatedAt: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)},
+		Name:    name,
+		Source:  provider.TemplateSource{Linked: true, Settings: proxmox.TemplateRef{ID: 9000}},
 		Network: provider.NetworkSpec{Bridge: "vmbr0", Model: "virtio", MACAddress: "02:48:46:ff:02:0" + n},
 		CloudInit: provider.CloudInit{
 			UserData:      []byte("#cloud-config\n{}\n"),
