@@ -73,7 +73,7 @@ const (
 	// cluster's VMs are held to spec.network.isolation and the hypervisor
 	// enforces it (for Proxmox VE, its datacenter firewall is enabled);
 	// False while isolation is unset (reason NotConfigured) or the
-	// hypervisor would ignore it (reason FirewallDisabled). It does not
+	// hypervisor would not enforce it (reason NotEnforced). It does not
 	// affect Ready: a VM built while it is False carries its rules and is
 	// held to them once the firewall is on.
 	HypervisorClusterIsolationEnforcedCondition ConditionType = "IsolationEnforced"
@@ -260,10 +260,10 @@ const (
 	// IsolationNotConfiguredReason: spec.network.isolation is unset, so
 	// the cluster's VMs share their bridge unfiltered.
 	IsolationNotConfiguredReason ConditionReason = "NotConfigured"
-	// FirewallDisabledReason: the hypervisor ignores the VMs' firewall
-	// rules (Proxmox VE: the datacenter firewall, cluster.fw's enable, is
-	// off).
-	FirewallDisabledReason ConditionReason = "FirewallDisabled"
+	// IsolationNotEnforcedReason: the hypervisor would not enforce the
+	// VMs' isolation (Proxmox VE: the datacenter firewall, cluster.fw's
+	// enable, is off; libvirt: a host lacks the clean-traffic filter).
+	IsolationNotEnforcedReason ConditionReason = "NotEnforced"
 	// IsolationPolicyNotFoundReason: a template names an isolation policy
 	// its cluster does not define, or names one on a cluster without
 	// spec.network.isolation.

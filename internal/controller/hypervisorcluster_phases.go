@@ -380,7 +380,7 @@ func setIsolationCondition(cluster *hfv1.HypervisorCluster, info *provider.Clust
 		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterIsolationEnforcedCondition, metav1.ConditionFalse, hfv1.IsolationNotConfiguredReason,
 			"spec.network.isolation is unset, so the cluster's VMs share their bridge unfiltered: a job can reach other jobs' VMs and the management networks (docs/networking.md, \"Isolation\")")
 	case info.IsolationProblem != "":
-		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterIsolationEnforcedCondition, metav1.ConditionFalse, hfv1.FirewallDisabledReason, info.IsolationProblem)
+		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterIsolationEnforcedCondition, metav1.ConditionFalse, hfv1.IsolationNotEnforcedReason, info.IsolationProblem)
 	default:
 		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterIsolationEnforcedCondition, metav1.ConditionTrue, hfv1.IsolationActiveReason,
 			fmt.Sprintf("VMs are held to their network isolation policy (default %s) by the hypervisor", isolation.DefaultPolicyName(cluster)))

@@ -118,7 +118,9 @@
 // clone. The rules hold traffic between VMs and from a VM to the host;
 // the host's own processes still reach a VM (libvirt filters the bridged
 // and host-bound paths only). A deletion undefines the install's filters
-// no domain or filter on the host references any more. The host needs
+// no domain or filter on the host references any more. Probe of a
+// cluster whose config is Isolated names a host without clean-traffic
+// (ClusterInfo.IsolationProblem). The host needs
 // libvirt's nwfilter driver (Debian 12: in libvirt-daemon), its filters
 // (libvirt-daemon-config-nwfilter), ebtables and iptables (iptables),
 // libpcap for DHCP snooping, and the br_netfilter module loaded (its

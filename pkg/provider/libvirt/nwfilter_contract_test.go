@@ -3,6 +3,7 @@
 package libvirt
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,27 @@ func (w *world) filterNames(t *testing.T) []string {
 // guest boots: the domains are deleted once configured.
 func TestIsolationFilter(t *testing.T) {
 	w := newWorld(t)
+	isolated := w.cfg
+	isolated.Isolated = true
+	probeProblem(t, w.provider(t, isolated), "")
+	// A host without clean-traffic says so on the cluster (the filter
+	// back, it does not).
+	ct, err := w.conn.NwfilterLookupByName(cleanTraffic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctXML, err := w.conn.NwfilterGetXMLDesc(ct, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.conn.NwfilterUndefine(ct); err != nil {
+		t.Fatal(err)
+	}
+	probeProblem(t, w.provider(t, isolated), "has no network filter clean-traffic")
+	if _, err := w.conn.NwfilterDefineXML(ctXML); err != nil {
+		t.Fatal(err)
+	}
+	probeProblem(t, w.provider(t, isolated), "")
 	p := w.provider(t, w.cfg)
 	// Another install's filter, and a filter whose name only starts like
 	// this install's.
@@ -277,5 +299,18 @@ func waitDial(t *testing.T, dial func() (string, error)) {
 			t.Fatalf("no connection: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// probeProblem fails t unless p's Probe reports an isolation problem
+// containing want ("" for none).
+func probeProblem(t *testing.T, p provider.Provider, want string) {
+	t.Helper()
+	info, err := p.Probe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if (want == "") != (info.IsolationProblem == "") || !strings.Contains(info.IsolationProblem, want) {
+		t.Fatalf("Probe's isolation problem %q, want %q", info.IsolationProblem, want)
 	}
 }

@@ -33,6 +33,9 @@ func (p *Provider) Probe(_ context.Context) (*provider.ClusterInfo, error) {
 		if info.Version == "" {
 			info.Version = version
 		}
+		if n.Online && n.Allowed && p.cfg.Isolated && info.IsolationProblem == "" {
+			info.IsolationProblem = p.isolationProblem(h)
+		}
 		if n.Online && n.Allowed && !counted[storage] {
 			counted[storage] = true
 			info.AvailableStorageBytes += n.StorageBytes - n.StorageUsedBytes
@@ -228,3 +231,19 @@ func (p *Provider) SetPower(_ context.Context, owner provider.Owner, ref provide
 }
 
 func isNotFound(err error) bool { return errors.Is(err, provider.ErrNotFound) }
+
+// isolationProblem says why host h would not hold isolated VMs to their
+// filters, "" when it would: it needs libvirt's clean-traffic filter,
+// which every isolation filter references (Debian 12:
+// libvirt-daemon-config-nwfilter). A VM is refused there anyway
+// (defining its filter fails); this says so on the cluster first.
+func (p *Provider) isolationProblem(h *host) string {
+	l, err := h.client()
+	if err != nil {
+		return ""
+	}
+	if _, err := l.NwfilterLookupByName(cleanTraffic); err != nil {
+		return fmt.Sprintf("libvirt host %s has no network filter %s, which every isolation filter references: install libvirt's filters (Debian 12: libvirt-daemon-config-nwfilter) and restart libvirtd (docs/networking.md, \"Isolation\")", h.Name, cleanTraffic)
+	}
+	return ""
+}
