@@ -300,3 +300,32 @@ func TestReportDeprecatedNamesOldTokenID(t *testing.T) {
 		t.Errorf("event %q, want one naming spec.credentials.tokenId and spec.credentials.tokenID", ev)
 	}
 }
+
+// TestIsolationEnforcedCondition: not configured, configured but not
+// enforced by the hypervisor (its probe says why), enforced.
+func TestIsolationEnforcedCondition(t *testing.T) {
+	isolated := func() *hfv1.HypervisorCluster {
+		return &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{Network: &hfv1.ClusterNetworkSettings{
+			Isolation: &hfv1.NetworkIsolation{OperatorCIDRs: []string{"192.0.2.5"}, DefaultPolicy: "web", Policies: []hfv1.IsolationPolicy{{Name: "web"}}}}}}
+	}
+	for _, tc := range []struct {
+		name    string
+		cluster *hfv1.HypervisorCluster
+		problem string
+		status  metav1.ConditionStatus
+		reason  hfv1.ConditionReason
+		says    string
+	}{
+		{"not configured", &hfv1.HypervisorCluster{}, "", metav1.ConditionFalse, hfv1.IsolationNotConfiguredReason, "spec.network.isolation is unset"},
+		{"firewall off", isolated(), "the datacenter firewall of Proxmox VE cluster pve is off", metav1.ConditionFalse, hfv1.IsolationNotEnforcedReason, "datacenter firewall"},
+		{"enforced", isolated(), "", metav1.ConditionTrue, hfv1.IsolationActiveReason, "(default web)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			setIsolationCondition(tc.cluster, &provider.ClusterInfo{IsolationProblem: tc.problem})
+			c := hfv1.FindCondition(tc.cluster.Status.Conditions, hfv1.HypervisorClusterIsolationEnforcedCondition)
+			if c == nil || c.Status != tc.status || c.Reason != string(tc.reason) || !strings.Contains(c.Message, tc.says) {
+				t.Fatalf("condition %+v, want %s %s saying %q", c, tc.status, tc.reason, tc.says)
+			}
+		})
+	}
+}

@@ -127,6 +127,23 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 			observed: 2, resolved: 9000,
 		},
 		{
+			name: "a template naming an isolation policy its cluster does not define is refused, naming the policies",
+			tmpl: newTemplate(func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.IsolationPolicy = "strict" }),
+			objs: append([]client.Object{&hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}, Spec: hfv1.HypervisorClusterSpec{
+				Provider: hfv1.ProviderProxmox, Network: &hfv1.ClusterNetworkSettings{Isolation: &hfv1.NetworkIsolation{
+					OperatorCIDRs: []string{"192.0.2.5"}, Policies: []hfv1.IsolationPolicy{{Name: "web"}}}}}}}, world[1:]...),
+			wantRes: ctrl.Result{RequeueAfter: waitForDependency},
+			want:    invalid(hfv1.IsolationPolicyNotFoundReason, "spec.network.isolationPolicy names strict, which HypervisorCluster pve does not define (its policies: web, default (built in))"),
+			events:  []string{"Warning IsolationPolicyNotFound"}, observed: 2,
+		},
+		{
+			name: "a template naming an isolation policy on a cluster without isolation is refused",
+			tmpl: newTemplate(func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.IsolationPolicy = "web" }), objs: world,
+			wantRes: ctrl.Result{RequeueAfter: waitForDependency},
+			want:    invalid(hfv1.IsolationPolicyNotFoundReason, "HypervisorCluster pve has no spec.network.isolation"),
+			events:  []string{"Warning IsolationPolicyNotFound"}, observed: 2,
+		},
+		{
 			name: "two IPPools of one family are refused, naming both", tmpl: newTemplate(staticOn("v4", "v4-b")), objs: append(pools, world...),
 			wantRes: ctrl.Result{RequeueAfter: waitForDependency},
 			want:    invalid(hfv1.IPPoolFamilyConflictReason, "spec.network.ipPoolRefs: IPPools v4 and v4-b are both IPv4", "name one IPv4 and one IPv6 IPPool"),
