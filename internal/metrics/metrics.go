@@ -207,7 +207,7 @@ var (
 	// security group, a libvirt filter) the sweeper deleted because no
 	// claim's placement record needed them any more.
 	OrphanIsolationObjectsRemoved = NewCounterVec("orphan_isolation_objects_removed_total",
-		"Hypervisor objects of network isolation policies (Proxmox VE security groups, libvirt filters) deleted by the sweeper once no MachineClaim's placement needed them (not in dry-run mode).",
+		"Hypervisor objects of network isolation policies (written once per policy digest, shared by its VMs) deleted by the sweeper once no MachineClaim's placement needed them (not in dry-run mode).",
 		"hypervisor_cluster")
 
 	// OrphanRunnersFound counts CI runners named by this install whose
