@@ -19,7 +19,8 @@ const DefaultIsolationPolicy = "default"
 // was not given, and every connection into the VM but the operator's
 // checks (from operatorCIDRs). Every policy allows DNS, the template's
 // HTTP proxy, the operator's agent server and credential broker (at
-// operatorCIDRs) and the cluster's SPIRE server (spec.spire).
+// operatorCIDRs) and, for templates that attest, the cluster's SPIRE
+// server (spec.spire).
 // +kubebuilder:validation:XValidation:rule="!has(self.defaultPolicy) || self.defaultPolicy == 'default' || (has(self.policies) && self.policies.exists(p, p.name == self.defaultPolicy))",message="network.isolation.defaultPolicy names no policy of network.isolation.policies: add the policy, or set defaultPolicy to one listed (or default, the built-in policy)",fieldPath=".defaultPolicy"
 type NetworkIsolation struct {
 	// operatorCIDRs are the addresses VMs reach the operator at (its agent

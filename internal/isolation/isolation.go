@@ -136,8 +136,8 @@ func policyNames(iso *hfv1.NetworkIsolation) string {
 // cluster has no isolation. Its rules, in order:
 //
 //  1. egress to the operator (operatorCIDRs) on op's ports, to the
-//     cluster's SPIRE server, and DNS to the cluster's dns.servers: the
-//     platform team's own endpoints;
+//     cluster's SPIRE server (templates that attest), and DNS to the
+//     cluster's dns.servers: the platform team's own endpoints;
 //  2. drop to managementCIDRs and to the VMs' networks (vmSubnets): no
 //     policy, DNS server or proxy of a tenant's reaches them;
 //  3. DNS to anywhere when the cluster names no DNS servers (the VMs'
@@ -166,7 +166,7 @@ func Compile(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, cluster 
 			out.Egress = append(out.Egress, provider.FirewallRule{Action: provider.FirewallAccept, CIDR: c, Protocol: provider.ProtocolTCP, Ports: ranges(op.Ports), Comment: "the operator's agent server"})
 		}
 	}
-	spire, err := spireRules(ctx, cluster, res)
+	spire, err := spireRules(ctx, tmpl, cluster, res)
 	if err != nil {
 		return nil, err
 	}
@@ -213,8 +213,12 @@ func Compile(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, cluster 
 }
 
 // spireRules allow TCP to the cluster's SPIRE server (spec.spire's
-// serverAddress), which the VMs' spire-agents attest to.
-func spireRules(ctx context.Context, cluster *hfv1.HypervisorCluster, res Resolver) ([]provider.FirewallRule, error) {
+// serverAddress), which the spire-agents of a template that attests
+// attest to; a template without attestation needs none.
+func spireRules(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, res Resolver) ([]provider.FirewallRule, error) {
+	if m := tmpl.Spec.Attestation.Method; m == "" || m == hfv1.AttestationNone {
+		return nil, nil
+	}
 	if cluster.Spec.SPIRE == nil || cluster.Spec.SPIRE.ServerAddress == "" {
 		return nil, nil
 	}

@@ -46,6 +46,7 @@ func isolatedCluster() *hfv1.HypervisorCluster {
 // servers, the proxy), then the policy; ingress only from the operator.
 func TestCompileOrder(t *testing.T) {
 	tmpl := &hfv1.HypervisorMachineTemplate{}
+	tmpl.Spec.Attestation.Method = hfv1.AttestationJoinToken
 	tmpl.Spec.Network.Proxy = &hfv1.ProxySettings{HTTPProxy: "http://proxy.example:3128", HTTPSProxy: "http://proxy.example:3128"}
 	cluster := isolatedCluster()
 	cluster.Spec.Network.Validation = &hfv1.NetworkValidation{SSHTest: true, SSHPort: 2222}
@@ -87,6 +88,7 @@ func TestCompileOrder(t *testing.T) {
 func TestCompileDNSWithoutServers(t *testing.T) {
 	cluster := isolatedCluster()
 	cluster.Spec.DNS = nil
+	cluster.Spec.SPIRE = &hfv1.SPIREConfig{ServerAddress: "spire.example:8081"}
 	tmpl := &hfv1.HypervisorMachineTemplate{}
 	tmpl.Spec.Network.IsolationPolicy = "closed"
 	iso, err := Compile(context.Background(), tmpl, cluster, Operator{}, nil)
@@ -102,6 +104,9 @@ func TestCompileDNSWithoutServers(t *testing.T) {
 	}
 	if firstDNS < 0 || iso.Egress[firstDNS].CIDR != "" || firstDNS < lastDrop {
 		t.Errorf("DNS to anywhere must follow the denied networks: %+v", iso.Egress)
+	}
+	if slices.ContainsFunc(iso.Egress, func(r provider.FirewallRule) bool { return r.Comment == "the cluster's SPIRE server" }) {
+		t.Error("a template that does not attest was let through to the SPIRE server")
 	}
 	if slices.ContainsFunc(iso.Egress, func(r provider.FirewallRule) bool { return r.Comment == "the operator's agent server" }) {
 		t.Error("an operator that serves VMs nothing opened a port to itself")
