@@ -58,17 +58,5 @@ func TestDHCPStaticLeaseRules(t *testing.T) {
 		{name: "lease time in static mode", base: validTemplate, mutate: all(set("static", "spec", "network", "mode"), set(map[string]any{"name": "v4"}, "spec", "network", "ipPoolRef"),
 			dhcp(map[string]any{"leaseTime": "1h", "client": "isc-dhcp-client"})), want: "network.dhcp applies only to network.mode dhcp"},
 	}
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			obj := tc.base()
-			obj.SetName(fmt.Sprintf("dhcp-lease-case-%d", i))
-			obj.SetNamespace(ns)
-			tc.mutate(obj)
-			err := env.Client.Create(ctx, obj, client.FieldValidation("Strict"))
-			if err == nil {
-				_ = env.Client.Delete(ctx, obj)
-			}
-			assertRejected(t, err, tc.want)
-		})
-	}
+	createRejected(t, ns, "dhcp-lease-case", cases)
 }

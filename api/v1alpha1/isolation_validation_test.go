@@ -2,7 +2,6 @@ package v1alpha1_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,19 +66,5 @@ func TestIsolationRules(t *testing.T) {
 		{name: "tenancy bad policy name", base: validCluster, mutate: set([]any{map[string]any{"namespaceSelector": map[string]any{}, "templates": []any{map[string]any{"id": int64(9000)}}, "isolationPolicies": []any{"Web"}}}, "spec", "tenancy"), want: "spec.tenancy[0].isolationPolicies[0]: Invalid value"},
 		{name: "template bad policy name", base: validTemplate, mutate: set("Web_1", "spec", "network", "isolationPolicy"), want: "spec.network.isolationPolicy: Invalid value"},
 	}
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			obj := tc.base()
-			obj.SetName(fmt.Sprintf("isolation-case-%d", i))
-			if isNamespaced(obj.GetKind()) {
-				obj.SetNamespace(ns)
-			}
-			tc.mutate(obj)
-			err := env.Client.Create(ctx, obj, client.FieldValidation("Strict"))
-			if err == nil {
-				_ = env.Client.Delete(ctx, obj)
-			}
-			assertRejected(t, err, tc.want)
-		})
-	}
+	createRejected(t, ns, "isolation-case", cases)
 }

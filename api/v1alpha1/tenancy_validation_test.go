@@ -57,19 +57,5 @@ func TestTenancyAndMetadataRules(t *testing.T) {
 		{name: "template metadata hyperfleet annotation", base: validTemplate, mutate: set(map[string]any{"annotations": map[string]any{"hyperfleet.io/fail-reason": "x"}}, "spec", "metadata"), want: "metadata.annotations must not set hyperfleet.io/ keys"},
 		{name: "template dhcp client identifier hostname without sendHostname", base: validTemplate, mutate: set(map[string]any{"clientIdentifier": "hostname", "sendHostname": false}, "spec", "network", "dhcp"), want: "network.dhcp.clientIdentifier hostname identifies the VM by its host name; it needs sendHostname true"},
 	}
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			obj := tc.base()
-			obj.SetName(fmt.Sprintf("tenancy-case-%d", i))
-			if isNamespaced(obj.GetKind()) {
-				obj.SetNamespace(ns)
-			}
-			tc.mutate(obj)
-			err := env.Client.Create(ctx, obj, client.FieldValidation("Strict"))
-			if err == nil {
-				_ = env.Client.Delete(ctx, obj)
-			}
-			assertRejected(t, err, tc.want)
-		})
-	}
+	createRejected(t, ns, "tenancy-case", cases)
 }

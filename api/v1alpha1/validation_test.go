@@ -874,6 +874,29 @@ func TestClaimJobIDIsSetOnce(t *testing.T) {
 	assertRejected(t, env.Client.Update(ctx, unbound), "workloadConfig.buildkite.jobID cannot be removed")
 }
 
+// createRejected creates each case's object (named prefix-<i>, in ns when
+// its kind is namespaced) and checks that the API server refuses it with
+// the case's message.
+func createRejected(t *testing.T, ns, prefix string, cases []invalidCase) {
+	t.Helper()
+	ctx := context.Background()
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := tc.base()
+			obj.SetName(fmt.Sprintf("%s-%d", prefix, i))
+			if isNamespaced(obj.GetKind()) {
+				obj.SetNamespace(ns)
+			}
+			tc.mutate(obj)
+			err := env.Client.Create(ctx, obj, client.FieldValidation("Strict"))
+			if err == nil {
+				_ = env.Client.Delete(ctx, obj)
+			}
+			assertRejected(t, err, tc.want)
+		})
+	}
+}
+
 func assertRejected(t *testing.T, err error, want string) {
 	t.Helper()
 	if err == nil {

@@ -6,14 +6,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/netns"
 )
 
 // lab is a bridge in a namespace of its own (the hub, standing for the
@@ -97,45 +96,11 @@ func (l *lab) close() {
 	_ = exec.Command("ip", "netns", "del", l.hub).Run()
 }
 
-// inNS runs fn on a thread inside the namespace ns; sockets fn opens stay
-// there.
-func inNS(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Left locked on failure: the thread exits with the goroutine.
-		home, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer home.Close()
-		target, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
 // listen serves TCP on labPorts (accept and close) and records UDP
 // datagrams on 67 and 5353, at each address.
 func (l *lab) listen(ns string, addrs ...string) {
 	l.t.Helper()
-	err := inNS(ns, func() error {
+	err := netns.In(ns, func() error {
 		for _, a := range addrs {
 			for _, p := range labPorts {
 				ln, err := net.Listen("tcp", net.JoinHostPort(a, p))
@@ -241,7 +206,7 @@ func (l *lab) run(p probe) string {
 		srcAddr = p.src
 	}
 	var got string
-	err := inNS(fromNS, func() error {
+	err := netns.In(fromNS, func() error {
 		if p.proto == "udp" {
 			udpSeq++
 			payload := fmt.Sprintf("%s #%d", p, udpSeq)
