@@ -72,6 +72,7 @@ type DNSValidation struct {
 }
 
 // ClusterNetworkSettings are network settings for the VMs of a cluster.
+// +kubebuilder:validation:XValidation:rule="!has(self.isolation) || (has(self.vmSubnets) && size(self.vmSubnets) > 0)",message="network.isolation needs network.vmSubnets: the subnets the VMs get their addresses in (an isolated VM may send only from its static addresses or a lease inside them, and no VM reaches them)",fieldPath=".vmSubnets"
 type ClusterNetworkSettings struct {
 	// vmSubnets are the subnets the cluster's VMs get their addresses in
 	// (CIDRs, IPv4 or IPv6, such as 192.0.2.0/24 or 2001:db8:10::/64). An
