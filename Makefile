@@ -90,7 +90,8 @@ CHART_DIR := charts/hyperfleet
 CRD_KEEP := {print} /^    controller-gen.kubebuilder.io\/version:/ { \
 	print "    {{- if .Values.crds.keep }}"; print "    helm.sh/resource-policy: keep"; print "    {{- end }}" }
 CHART_CONFIG_FILES := rbac/role.yaml rbac/leader_election_role.yaml rbac/metrics_auth_role.yaml \
-	rbac/metrics_reader_role.yaml rbac/secret_reader_role.yaml rbac/claim_admin_role.yaml admission/protected_metadata_policy.yaml
+	rbac/metrics_reader_role.yaml rbac/secret_reader_role.yaml rbac/claim_admin_role.yaml admission/protected_metadata_policy.yaml \
+	admission/isolation_tenancy_policy.yaml
 
 GO_TEST_FLAGS ?= -count=1
 # TEST_TIMEOUT bounds each package's test binary, a margin for a loaded CI

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -32,27 +31,16 @@ var env *testenv.Environment
 
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &env)) }
 
+// policyFiles are the admission policies of config/admission.
+var policyFiles = []string{"protected_metadata_policy.yaml", "isolation_tenancy_policy.yaml"}
+
 // applyPolicies creates every object in config/admission and waits until
-// the policy is enforced (the API server loads policies asynchronously).
+// each policy is enforced (the API server loads policies asynchronously).
 func applyPolicies(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "admission", "protected_metadata_policy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(raw)), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			break
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := env.Client.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
-		}
+	for _, f := range policyFiles {
+		applyFile(t, "config", "admission", f)
 	}
 	// Both users may do anything RBAC can grant: what is refused below is
 	// refused by the policy alone.
@@ -70,18 +58,34 @@ func applyPolicies(t *testing.T) {
 	if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	probe := claim("policy-probe", "probe", map[string]string{hfv1.RunnerPoolLabel: "x"}, nil)
+	// The isolation policy judges a template only against the cluster it
+	// names: a cluster that allows no policy but its default to anyone.
+	probeCluster := isolatingCluster("policy-probe", &hfv1.NetworkIsolation{OperatorCIDRs: []string{"192.0.2.5"}},
+		tenancyRule(metav1.LabelSelector{}))
+	if err := env.Client.Create(ctx, probeCluster); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	probes := map[string]client.Object{
+		"hyperfleet-operator-owned-fields": claim("policy-probe", "probe", map[string]string{hfv1.RunnerPoolLabel: "x"}, nil),
+		isolationPolicyName:                template("policy-probe", "probe", probeCluster.Name, "not-allowed"),
+	}
+	for policy, probe := range probes {
+		waitEnforced(t, policy, probe)
+	}
+}
+
+// waitEnforced waits until a dry-run create of probe by a tenant is
+// refused by policy.
+func waitEnforced(t *testing.T, policy string, probe client.Object) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		err := as(t, "alice").Create(ctx, probe.DeepCopy())
-		if err != nil && strings.Contains(err.Error(), "hyperfleet-operator-owned-fields") {
+		err := as(t, "alice").Create(context.Background(), probe.DeepCopyObject().(client.Object), client.DryRunAll)
+		if err != nil && strings.Contains(err.Error(), policy) {
 			return
 		}
-		if err == nil {
-			_ = env.Client.Delete(ctx, probe.DeepCopy())
-		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the policy is not enforced after a minute (last create: %v)", err)
+			t.Fatalf("the policy %s is not enforced after a minute (last create of %s: %v)", policy, probe.GetName(), err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -324,16 +328,7 @@ func TestTenantCannotRemoveFinalizersOrEditCIJobs(t *testing.T) {
 	}
 
 	// A template and an IPPool: their finalizers hold them while claims use them.
-	tmpl := &hfv1.HypervisorMachineTemplate{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debian"},
-		Spec: hfv1.HypervisorMachineTemplateSpec{
-			HypervisorClusterRef: hfv1.ObjectName{Name: "pve"},
-			Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateName: "debian-12"}},
-			Resources:            hfv1.MachineResources{CPU: 1, Memory: resource.MustParse("1Gi")},
-			Bootstrap: hfv1.Bootstrap{GitHub: &hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org",
-				Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}},
-		},
-	}
+	tmpl := template(ns, "debian", "pve", "")
 	pool := &hfv1.IPPool{
 		ObjectMeta: metav1.ObjectMeta{Name: ns + "-pool"},
 		Spec:       hfv1.IPPoolSpec{Addresses: []string{"10.9.0.10-10.9.0.20"}, Prefix: 24},

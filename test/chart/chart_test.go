@@ -179,7 +179,8 @@ func TestTemplate(t *testing.T) {
 		"RoleBinding hyperfleet-system/hyperfleet-secret-reader", "Service hyperfleet-system/hyperfleet-agent",
 		"Service hyperfleet-system/hyperfleet-metrics", "Service hyperfleet-system/hyperfleet-webhooks",
 		"ServiceAccount hyperfleet-system/hyperfleet-manager",
-		"ValidatingAdmissionPolicy /hyperfleet-operator-owned-fields", "ValidatingAdmissionPolicyBinding /hyperfleet-operator-owned-fields",
+		"ValidatingAdmissionPolicy /hyperfleet-isolation-tenancy", "ValidatingAdmissionPolicy /hyperfleet-operator-owned-fields",
+		"ValidatingAdmissionPolicyBinding /hyperfleet-isolation-tenancy", "ValidatingAdmissionPolicyBinding /hyperfleet-operator-owned-fields",
 	}
 	if got := keys(render(t, defaults)); !reflect.DeepEqual(got, want) {
 		t.Errorf("default values render\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
@@ -267,6 +268,35 @@ func TestAdmissionPolicyExemptsTheReleaseServiceAccount(t *testing.T) {
 		want := fmt.Sprintf("request.userInfo.username != 'system:serviceaccount:%s:%s-manager'", r.namespace, r.fullname())
 		if len(conds) != 1 || conds[0].(map[string]any)["expression"] != want {
 			t.Errorf("%s: matchConditions %v, want the one expression %q", r.name, conds, want)
+		}
+	}
+}
+
+// TestIsolationTenancyPolicyOfTheRelease: the policy that holds templates
+// to the isolation policies their cluster's tenancy allows is installed
+// under the release's name, its binding names it, keeps config/'s paramRef
+// (every HypervisorCluster, none found: allowed) and carries the release's
+// labels.
+func TestIsolationTenancyPolicyOfTheRelease(t *testing.T) {
+	for _, r := range []release{defaults, everythingOn} {
+		objs := render(t, r)
+		name := r.fullname() + "-isolation-tenancy"
+		policy := find(t, objs, "ValidatingAdmissionPolicy", name)
+		if kind, _, _ := unstructured.NestedString(policy.Object, "spec", "paramKind", "kind"); kind != "HypervisorCluster" {
+			t.Errorf("%s: policy %s has paramKind %q, want HypervisorCluster", r.name, name, kind)
+		}
+		binding := find(t, objs, "ValidatingAdmissionPolicyBinding", name)
+		if got, _, _ := unstructured.NestedString(binding.Object, "spec", "policyName"); got != name {
+			t.Errorf("%s: binding %s binds policy %q, want %q", r.name, name, got, name)
+		}
+		ref, _, _ := unstructured.NestedMap(binding.Object, "spec", "paramRef")
+		if want := map[string]any{"selector": map[string]any{}, "parameterNotFoundAction": "Allow"}; !reflect.DeepEqual(ref, want) {
+			t.Errorf("%s: binding %s has paramRef %v, want %v", r.name, name, ref, want)
+		}
+		for _, o := range []*unstructured.Unstructured{policy, binding} {
+			if got := o.GetLabels()[instanceLabel]; got != r.name {
+				t.Errorf("%s: %s has label %s=%q, want the release's", r.name, key(o), instanceLabel, got)
+			}
 		}
 	}
 }
