@@ -3,10 +3,13 @@ package libvirtd
 import (
 	"fmt"
 	"net"
+	"net/netip"
+	"os/exec"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/digitalocean/go-libvirt"
 	"golang.org/x/sys/unix"
 )
 
@@ -83,4 +86,28 @@ func (d *Daemon) inNetwork(f func() error) error {
 		done <- f()
 	}()
 	return <-done
+}
+
+// AddBridgeAddress gives the bridge of network (a network of this daemon)
+// one more address, prefix, in the daemon's network namespace: a server
+// the test runs there (ListenTCP) then stands for a host other than the
+// bridge's own, such as a management address or a service a policy
+// allows. ip runs from the thread that joined the namespace, whose
+// namespaces its process inherits.
+func (d *Daemon) AddBridgeAddress(t testing.TB, network libvirt.Network, prefix netip.Prefix) {
+	t.Helper()
+	bridge, err := d.Dial(t).NetworkGetBridgeName(network)
+	if err != nil {
+		t.Fatalf("libvirtd: the bridge of network %s: %v", network.Name, err)
+	}
+	err = d.inNetwork(func() error {
+		out, err := exec.Command("ip", "addr", "add", prefix.String(), "dev", bridge).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("libvirtd: adding %s to bridge %s: %v", prefix, bridge, err)
+	}
 }

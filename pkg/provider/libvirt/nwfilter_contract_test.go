@@ -4,6 +4,7 @@ package libvirt
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/isolation"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/tinyguest"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -168,26 +171,58 @@ func TestIsolationFilter(t *testing.T) {
 	}
 }
 
-// TestIsolationEnforced: libvirtd holds a real guest to its policy. Two
-// tiny guests share the world's network inside the daemon's namespace;
-// one runs under a policy that lets it open TCP connections to the
-// bridge's address on port 8080 only, the other under none. The isolated
-// guest reaches 10.77.0.1:8080 and nothing else (not port 8081 there,
-// which the open guest reaches, not the open guest), nothing reaches it,
-// and no other guest reaches it; once it takes another MAC or another
-// address even the allowed connection fails (its own MAC back, it
-// succeeds again). Two boots: the daemon's world used 10.9
-// CPU-s (QEMU 4.1 and 4.5 of it), the test process and go 3.6, on the
-// project's 2-core machine.
+// TestIsolationEnforced: libvirtd holds a real guest to the policy the
+// operator compiles (internal/isolation) from a cluster and a template,
+// as test/isolation does on the Proxmox simulator. Two tiny guests share
+// the world's network inside the daemon's namespace, where the bridge's
+// own address stands for the operator (agent server, metrics, webhook)
+// and is the DNS server (libvirt's dnsmasq), and addresses added to the
+// bridge for the template's proxy, the service policy web allows (TCP
+// 8080) and a management host.
+// The isolated guest reaches the agent server, DNS, the proxy and the
+// allowed service, and not the service's other port, the operator's
+// metrics and webhook ports, the management host or the other guest
+// (which, not isolated, reaches what it does not: the controls); the
+// other guest does not reach it; once it takes another MAC or another
+// address even the allowed service fails (its own MAC back, it succeeds
+// again). Two boots: the daemon's world used 10.2 CPU-s in the CI
+// rehearsal (QEMU about 4.5 a guest), the test process and go 3.6, on
+// the project's 2-core machine.
 func TestIsolationEnforced(t *testing.T) {
 	w := newWorld(t)
 	p := w.provider(t, w.cfg)
-	const allowed, other = "10.77.0.1:8080", "10.77.0.1:8081"
-	w.d.ListenTCP(t, allowed)
-	w.d.ListenTCP(t, other)
-	iso := &provider.Isolation{Policy: "enforced", DHCP: true, AddressSubnets: []string{"10.77.0.0/24"},
-		Egress: []provider.FirewallRule{{Action: provider.FirewallAccept, CIDR: "10.77.0.1", Protocol: provider.ProtocolTCP,
-			Ports: []provider.PortRange{{From: 8080, To: 8080}}, Comment: "the one service jobs use"}}}
+	network, err := w.conn.NetworkLookupByName(worldNetwork)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		// The bridge's own address is the operator's, and the DNS
+		// server's: libvirt's dnsmasq answers there.
+		operator, dnsServer, service, proxyHost, management = "10.77.0.1", "10.77.0.1", "10.77.0.200", "10.77.0.201", "10.77.0.202"
+	)
+	for _, a := range []string{service, proxyHost, management} {
+		w.d.AddBridgeAddress(t, network, netip.MustParsePrefix(a+"/24"))
+	}
+	allowed, other := service+":8080", service+":8081"
+	for _, addr := range []string{operator + ":9443", operator + ":8443", operator + ":9440", allowed, other, proxyHost + ":3128", management + ":22"} {
+		w.d.ListenTCP(t, addr)
+	}
+	cluster := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{
+		Provider: hfv1.ProviderLibvirt,
+		DNS:      &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Servers: []string{dnsServer}}},
+		Network: &hfv1.ClusterNetworkSettings{
+			// The leases come from the bottom of the world's network.
+			VMSubnets: []string{"10.77.0.0/25"},
+			Isolation: &hfv1.NetworkIsolation{OperatorCIDRs: []string{operator}, ManagementCIDRs: []string{management}, DefaultPolicy: "web",
+				Policies: []hfv1.IsolationPolicy{{Name: "web", Egress: []hfv1.EgressRule{{CIDRs: []string{service}, Protocol: hfv1.IsolationTCP, Ports: []string{"8080"}}}}}},
+		},
+	}}
+	tmpl := &hfv1.HypervisorMachineTemplate{}
+	tmpl.Spec.Network.Proxy = &hfv1.ProxySettings{HTTPProxy: "http://" + proxyHost + ":3128"}
+	iso, err := isolation.Compile(context.Background(), tmpl, cluster, isolation.Operator{Ports: []uint16{9443}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	isolated := w.isolatedSpec("7d0f5b0e-0000-4000-8000-0000000001b1", 0xb1, iso)
 	open := w.isolatedSpec("7d0f5b0e-0000-4000-8000-0000000001b2", 0xb2, nil)
 
@@ -228,20 +263,30 @@ func TestIsolationEnforced(t *testing.T) {
 		return strings.TrimSpace(res.Stdout + res.Stderr), res.ExitCode == 0
 	}
 	// The controls: the open guest's server answers the daemon's side,
-	// and the open guest reaches the service the isolated one may not.
+	// and the open guest reaches what the isolated one may not.
 	waitDial(t, func() (string, error) { return w.d.DialTCP(addrOpen+":9000", 3*time.Second) })
-	if out, ok := dial(domOpen, other); !ok {
-		t.Fatalf("the open guest does not reach %s: %s", other, out)
+	for _, address := range []string{other, management + ":22", operator + ":8443"} {
+		if out, ok := dial(domOpen, address); !ok {
+			t.Fatalf("the open guest does not reach %s: %s", address, out)
+		}
 	}
-
-	if out, ok := dial(domIsolated, allowed); !ok || out != allowed {
-		t.Errorf("the isolated guest does not reach %s, which its policy allows: %s", allowed, out)
-	}
-	if out, ok := dial(domIsolated, other); ok {
-		t.Errorf("the isolated guest reaches %s, which its policy does not allow: %s", other, out)
-	}
-	if out, ok := dial(domIsolated, addrOpen+":9000"); ok {
-		t.Errorf("the isolated guest reaches the other guest at %s: %s", addrOpen, out)
+	for _, c := range []struct {
+		what, address string
+		reach         bool
+	}{
+		{"the agent server", operator + ":9443", true},
+		{"the cluster's DNS server", dnsServer + ":53", true},
+		{"the template's proxy", proxyHost + ":3128", true},
+		{"the service the policy allows", allowed, true},
+		{"the service's other port", other, false},
+		{"the operator's metrics port", operator + ":8443", false},
+		{"the operator's webhook port", operator + ":9440", false},
+		{"the management host", management + ":22", false},
+		{"the other guest", addrOpen + ":9000", false},
+	} {
+		if out, ok := dial(domIsolated, c.address); ok != c.reach {
+			t.Errorf("the isolated guest reaches %s (%s): %v (%s), want %v", c.what, c.address, ok, out, c.reach)
+		}
 	}
 	if out, ok := dial(domOpen, addrIsolated+":9000"); ok {
 		t.Errorf("the other guest reaches the isolated guest at %s (no ingress is allowed): %s", addrIsolated, out)
@@ -272,7 +317,7 @@ func TestIsolationEnforced(t *testing.T) {
 
 	// Spoofing: the guest takes another address of the subnet; its
 	// traffic from it goes nowhere, the allowed connection included.
-	if res, err := tinyguest.Exec(w.conn, domIsolated, "readdress", "10.77.0.250/24"); err != nil || res.ExitCode != 0 {
+	if res, err := tinyguest.Exec(w.conn, domIsolated, "readdress", "10.77.0.100/24"); err != nil || res.ExitCode != 0 {
 		t.Fatalf("readdress: %+v, %v", res, err)
 	}
 	if out, ok := dial(domIsolated, allowed); ok {

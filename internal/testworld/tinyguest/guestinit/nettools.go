@@ -16,8 +16,9 @@ var netTools = map[string]func(arg string) int{"dial": dialTool, "serve": serveT
 const dialTimeout = 3 * time.Second
 
 // dialTool connects to address (host:port) over TCP and prints the first
-// line the other end says: "dial ADDRESS". It exits 1 when no connection
-// is made, the network test's verdict.
+// line the other end says, or "connected" when it says nothing (a DNS
+// server waits for a query): "dial ADDRESS". It exits 1 when no
+// connection is made, the network test's verdict.
 func dialTool(address string) int {
 	c, err := net.DialTimeout("tcp", address, dialTimeout)
 	if err != nil {
@@ -28,9 +29,11 @@ func dialTool(address string) int {
 	_ = c.SetReadDeadline(time.Now().Add(dialTimeout))
 	buf := make([]byte, 256)
 	n, err := c.Read(buf)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	if n == 0 && err != nil {
+		// Connected, and the other end keeps quiet: the connection is
+		// the verdict.
+		fmt.Println("connected")
+		return 0
 	}
 	_, _ = os.Stdout.Write(buf[:n])
 	return 0
