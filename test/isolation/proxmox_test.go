@@ -257,16 +257,7 @@ func newNetwork(t *testing.T, dir string) *guestnet.Network {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				_, _ = fmt.Fprintln(c, addr)
-				_ = c.Close()
-			}
-		}()
+		netns.Announce(ln, addr)
 	}
 	return gn
 }

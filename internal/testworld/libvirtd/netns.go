@@ -11,6 +11,8 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	"golang.org/x/sys/unix"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/netns"
 )
 
 // ListenTCP listens on address inside the daemon's network namespace
@@ -30,16 +32,7 @@ func (d *Daemon) ListenTCP(t testing.TB, address string) {
 		t.Fatalf("libvirtd: listening on %s in the daemon's network namespace: %v", address, err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = fmt.Fprintf(c, "%s\n", address)
-			_ = c.Close()
-		}
-	}()
+	netns.Announce(l, address)
 }
 
 // DialTCP connects to address from inside the daemon's network namespace

@@ -204,3 +204,19 @@ func closeWrite(c net.Conn) {
 	}
 	_ = c.Close()
 }
+
+// Announce answers every connection ln accepts with one line, line, and
+// closes it, until ln is closed: the other end a network test dials and
+// recognises by what it says.
+func Announce(ln net.Listener, line string) {
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = fmt.Fprintln(c, line)
+			_ = c.Close()
+		}
+	}()
+}
