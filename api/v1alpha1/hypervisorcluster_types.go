@@ -306,10 +306,49 @@ type TenancyRule struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +listType=set
 	IsolationPolicies []string `json:"isolationPolicies,omitempty"`
+
+	// cpuTypes are the CPU models (spec.hardware.cpuType) these
+	// namespaces' templates may ask for. Left out: none; a template then
+	// keeps its Proxmox template's or libvirt domain's own CPU.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z0-9][-_.a-zA-Z0-9]*$`
+	// +listType=set
+	CPUTypes []string `json:"cpuTypes,omitempty"`
+
+	// cpuFlags are the CPU flags (spec.hardware.cpuFlags, with their + or
+	// -) these namespaces' templates may set, and nested-virt for
+	// spec.hardware.nestedVirtualization. Left out: none.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^([+-][a-z0-9][-_.a-z0-9]*|nested-virt)$`
+	// +listType=set
+	CPUFlags []string `json:"cpuFlags,omitempty"`
+
+	// devices are the device mappings (spec.hardware.devices[].mapping)
+	// these namespaces' templates may take devices of. Left out: none.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*$`
+	// +listType=set
+	Devices []string `json:"devices,omitempty"`
+
+	// limits cap what each namespace this entry selects may hold on the
+	// cluster at once (VMs, vCPUs, memory, disk, devices), counted from
+	// its claims' signed placement records. Unset: no cap beyond the
+	// cluster's (spec.limits.maxMachines, capacity).
+	// +optional
+	Limits *TenantLimits `json:"limits,omitempty"`
 }
 
-// AllowedTemplate names one Proxmox template, by VM id or by name.
-// +kubebuilder:validation:XValidation:rule="has(self.id) != has(self.name)",message="set exactly one of id and name in a tenancy templates entry"
+// AllowedTemplate names one Proxmox template, by VM id or by name, or
+// every template carrying a tag.
+// +kubebuilder:validation:XValidation:rule="[has(self.id), has(self.name), has(self.tag)].filter(x, x).size() == 1",message="set exactly one of id, name and tag in a tenancy templates entry"
 type AllowedTemplate struct {
 	// id is the template's VM id, matched against source.proxmox.templateId.
 	// +optional
@@ -324,6 +363,15 @@ type AllowedTemplate struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?$`
 	Name string `json:"name,omitempty"`
+	// tag allows a template named by source.proxmox.templateSelector
+	// whose matchTags include it: every template the selector can pick
+	// then carries this tag, which the platform team gives only to the
+	// templates it allows.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_][-a-zA-Z0-9_+.]*$`
+	Tag string `json:"tag,omitempty"`
 }
 
 // VLANRange is an inclusive range of 802.1Q VLAN ids.

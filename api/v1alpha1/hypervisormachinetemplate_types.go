@@ -41,6 +41,13 @@ type HypervisorMachineTemplateSpec struct {
 	// +kubebuilder:default={mode: dhcp}
 	Network MachineNetwork `json:"network,omitempty"`
 
+	// hardware is what the VMs get beyond resources: a CPU model and flags
+	// (nested virtualization for KVM in jobs), passed-through devices
+	// (GPUs and other PCI devices) and extra disks. Unset: the template's
+	// own CPU, no device, no extra disk.
+	// +optional
+	Hardware *MachineHardware `json:"hardware,omitempty"`
+
 	// attestation is how a VM proves its identity before it is given a
 	// workload credential: none (default), join-token (SPIFFE identity
 	// from SPIRE, then the credential broker; docs/identity.md) or tpm (the
@@ -155,7 +162,7 @@ type MachineSource struct {
 type DiskFormat string
 
 // ProxmoxSource is a Proxmox VE template, named by id or by name.
-// +kubebuilder:validation:XValidation:rule="(has(self.templateID) || has(self.templateId)) != has(self.templateName)",message="set exactly one of source.proxmox.templateID and source.proxmox.templateName"
+// +kubebuilder:validation:XValidation:rule="[has(self.templateID) || has(self.templateId), has(self.templateName), has(self.templateSelector)].filter(x, x).size() == 1",message="set exactly one of source.proxmox.templateID, templateName and templateSelector"
 // +kubebuilder:validation:XValidation:rule="!has(self.templateId)",message="spec.source.proxmox.templateId is now templateID: rename the field"
 // +kubebuilder:validation:XValidation:rule="self.cloneMode == 'full' || (!has(self.storage) && !has(self.format))",message="storage and format apply only to full clones: remove them or set cloneMode: full"
 type ProxmoxSource struct {
@@ -184,6 +191,15 @@ type ProxmoxSource struct {
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?$`
 	TemplateName string `json:"templateName,omitempty"`
 
+	// templateSelector names a template by its Proxmox tags, one copy on
+	// each node that holds one: clones are placed only on nodes with a
+	// copy, each cloned from its own node's copy, so linked clones work on
+	// local storage (local-lvm, local-zfs) on every such node. A node
+	// with two templates carrying every tag is refused (the template is
+	// not Ready, reason TemplateAmbiguous) rather than guessed.
+	// +optional
+	TemplateSelector *TemplateSelector `json:"templateSelector,omitempty"`
+
 	// cloneMode is linked (default; shares the template's base disk) or full.
 	// +optional
 	// +kubebuilder:default=linked
@@ -207,6 +223,20 @@ type ProxmoxSource struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][-A-Za-z0-9_]*$`
 	Pool string `json:"pool,omitempty"`
+}
+
+// TemplateSelector selects templates by their tags.
+type TemplateSelector struct {
+	// matchTags are tags every selected template carries (Proxmox tags:
+	// letters, digits and _ - + ., compared lower-cased).
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z0-9_][-a-zA-Z0-9_+.]*$`
+	// +listType=set
+	MatchTags []string `json:"matchTags"`
 }
 
 // MachineResources size a VM.

@@ -55,6 +55,41 @@ type LibvirtClusterSettings struct {
 	// host uses qemu+ssh, refused otherwise.
 	// +optional
 	SSH *LibvirtSSH `json:"ssh,omitempty"`
+	// devices are the host PCI devices templates may pass through
+	// (spec.hardware.devices), by mapping name: libvirt's counterpart of
+	// Proxmox VE's PCI resource mappings. Entries sharing a name are one
+	// mapping's devices; a VM asking for a device of it is placed on a
+	// host with one that no other VM holds. The devices must be bound to
+	// vfio-pci on their host (docs/templates.md, "GPU jobs").
+	// +optional
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:XValidation:rule="self.all(d, self.exists_one(o, o.host == d.host && o.address == d.address))",message="spec.libvirt.devices must not list a host's device twice"
+	// +listType=atomic
+	Devices []LibvirtDevice `json:"devices,omitempty"`
+}
+
+// LibvirtDevice is one host PCI device of a device mapping.
+type LibvirtDevice struct {
+	// name is the mapping's name, as templates name it in
+	// spec.hardware.devices[].mapping.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*$`
+	Name string `json:"name"`
+
+	// host is the spec.libvirt.hosts name of the host holding the device.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Host string `json:"host"`
+
+	// address is the device's PCI address on the host, such as
+	// 0000:01:00.0 (domain:bus:slot.function, lspci -D).
+	// +required
+	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`
+	Address string `json:"address"`
 }
 
 // LibvirtHost is one host whose libvirtd the operator speaks to.

@@ -56,7 +56,90 @@ type RunnerPoolSpec struct {
 	// "Standby").
 	// +optional
 	Standby *Standby `json:"standby,omitempty"`
+
+	// placement spreads the pool's VMs over more templates than
+	// templateRef, each on its own HypervisorCluster, so that a cluster
+	// that is full, at spec.limits.maxMachines, over the namespace's
+	// quota or unreachable spills the pool's new VMs to the next
+	// (docs/runnerpool.md, "Overflow across clusters"). Unset: every VM
+	// from templateRef.
+	// +optional
+	Placement *PoolPlacement `json:"placement,omitempty"`
 }
+
+// PlacementStrategy says how a pool chooses among its templates.
+// +kubebuilder:validation:Enum=pack;spread
+type PlacementStrategy string
+
+const (
+	// PlacementPack fills the first template that can take a VM, in
+	// priority order: templateRef, then placement.templates.
+	PlacementPack PlacementStrategy = "pack"
+	// PlacementSpread gives each new VM to the template, among those that
+	// can take one, holding the fewest of the pool's VMs (ties to the
+	// higher priority).
+	PlacementSpread PlacementStrategy = "spread"
+)
+
+// PoolPlacement is the templates a pool may build VMs from besides its
+// templateRef, and how it chooses among them.
+type PoolPlacement struct {
+	// strategy is pack (default: fill the first template that can take a
+	// VM) or spread (balance the pool's VMs over the templates that can).
+	// +optional
+	// +kubebuilder:default=pack
+	Strategy PlacementStrategy `json:"strategy,omitempty"`
+
+	// templates are more HypervisorMachineTemplates of this namespace, in
+	// priority order after templateRef. Each must run the same CI
+	// platform, scope and credentials as templateRef (its spec.bootstrap
+	// equal to templateRef's); one that does not is skipped and named in
+	// the pool's status.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(o, o.name == t.name))",message="placement.templates must not name a template twice"
+	// +listType=atomic
+	Templates []ObjectName `json:"templates"`
+}
+
+// TemplatePlacement is where a pool's VMs went: one template of the pool
+// and whether it takes new VMs now.
+type TemplatePlacement struct {
+	// name is the HypervisorMachineTemplate.
+	Name string `json:"name"`
+
+	// hypervisorCluster is the template's cluster.
+	// +optional
+	HypervisorCluster string `json:"hypervisorCluster,omitempty"`
+
+	// machines counts the pool's claims built from this template that
+	// are not finished.
+	Machines int32 `json:"machines"`
+
+	// state is Available (takes new VMs), Full (its cluster has no
+	// capacity or is at maxMachines), OverQuota (the namespace's quota on
+	// its cluster is used up), Unreachable (its cluster is not connected)
+	// or Invalid (the template cannot build VMs for this pool).
+	State TemplatePlacementState `json:"state"`
+
+	// message says why a template does not take new VMs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
+// TemplatePlacementState is whether a pool's template takes new VMs.
+// +kubebuilder:validation:Enum=Available;Full;OverQuota;Unreachable;Invalid
+type TemplatePlacementState string
+
+const (
+	TemplateAvailable   TemplatePlacementState = "Available"
+	TemplateFull        TemplatePlacementState = "Full"
+	TemplateOverQuota   TemplatePlacementState = "OverQuota"
+	TemplateUnreachable TemplatePlacementState = "Unreachable"
+	TemplateInvalid     TemplatePlacementState = "Invalid"
+)
 
 // Standby sizes a pool's standby tier and bounds how long its VMs wait.
 type Standby struct {
@@ -485,6 +568,14 @@ type RunnerPoolStatus struct {
 	// pendingJobs counts queued jobs that match the pool and have no runner yet.
 	// +optional
 	PendingJobs int32 `json:"pendingJobs,omitempty"`
+
+	// placement lists the pool's templates (templateRef first, then
+	// spec.placement.templates) with the VMs each holds and whether it
+	// takes new ones; unset without spec.placement.
+	// +optional
+	// +kubebuilder:validation:MaxItems=9
+	// +listType=atomic
+	Placement []TemplatePlacement `json:"placement,omitempty"`
 
 	// templateHash is the template hash new VMs are built from.
 	// +optional

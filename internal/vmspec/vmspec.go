@@ -6,6 +6,7 @@
 package vmspec
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -161,7 +162,31 @@ func For(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster
 		spec.DiskBytes = res.Disk.Value()
 	}
 	spec.MemoryHint = spec.MemoryBytes
+	spec.Hardware = Hardware(tmpl, cluster)
 	return spec, nil
+}
+
+// Hardware is the template's spec.hardware as a VM gets it: nil when it
+// asks for nothing. An extra disk that names no storage gets the
+// cluster's defaultStorage (the kind's own default when that is unset
+// too), so that the tenancy check and the placement record see the
+// storage the disk goes to.
+func Hardware(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) *provider.Hardware {
+	h := tmpl.Spec.Hardware
+	if h == nil {
+		return nil
+	}
+	hw := &provider.Hardware{CPUType: h.CPUType, CPUFlags: slices.Clone(h.CPUFlags), NestedVirtualization: h.NestedVirtualization}
+	for _, d := range h.Devices {
+		hw.Devices = append(hw.Devices, d.Mapping)
+	}
+	for _, d := range h.ExtraDisks {
+		hw.ExtraDisks = append(hw.ExtraDisks, provider.Disk{Bytes: d.Size.Value(), Storage: cmp.Or(d.Storage, cluster.Spec.DefaultStorage)})
+	}
+	if hw.IsZero() {
+		return nil
+	}
+	return hw
 }
 
 // maxRunnerNameLength is the limit on runner names, less the mark

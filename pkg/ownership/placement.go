@@ -80,6 +80,10 @@ type Placement struct {
 	// for none. It is signed only when set, so records written before it
 	// existed verify as they were.
 	Isolation string `json:"isolation,omitempty"`
+	// Hardware is the VM's CPU model and flags, devices and extra disks
+	// as authorized at placement (pkg/provider's Hardware, in JSON); empty
+	// for none. Signed only when set, like Isolation.
+	Hardware string `json:"hardware,omitempty"`
 }
 
 // LegacyTemplate is how a placement record signed by an earlier operator
@@ -104,6 +108,11 @@ func (p Placement) fields(template ...string) []string {
 		// Length-prefixed like every field: a record cannot shed it and
 		// keep its MAC.
 		out = append(out, p.Isolation)
+	}
+	if p.Hardware != "" {
+		// Tagged: a record with hardware and no isolation must not sign
+		// as one with isolation of the same text.
+		out = append(out, "hardware", p.Hardware)
 	}
 	return out
 }

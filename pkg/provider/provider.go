@@ -487,6 +487,11 @@ type VMSpec struct {
 	// (ClassConfiguration, reason IsolationUnsupported) rather than build
 	// it open.
 	Isolation *Isolation
+	// Hardware, when set, is the VM's CPU model and flags, its
+	// passed-through devices and extra disks (see Hardware); nil keeps the
+	// template's CPU and adds nothing. Placement counts its devices and
+	// disks as capacity.
+	Hardware *Hardware
 }
 
 // VMTPM is the TPM a VM needs.

@@ -69,6 +69,14 @@ func placementOf(spec *provider.VMSpec) ownership.Placement {
 		}
 		p.Isolation = string(raw)
 	}
+	if !spec.Hardware.IsZero() {
+		raw, err := json.Marshal(spec.Hardware)
+		if err != nil {
+			// Strings, numbers and bools: nothing json.Marshal refuses.
+			panic(fmt.Sprintf("encode hardware: %v", err))
+		}
+		p.Hardware = string(raw)
+	}
 	return p
 }
 
@@ -109,7 +117,35 @@ func ApplyPlacement(spec *provider.VMSpec, p ownership.Placement) error {
 		}
 		spec.Isolation = &iso
 	}
+	// The hardware of the placement: its devices and disks were counted
+	// against capacity and quota as recorded.
+	spec.Hardware = nil
+	if p.Hardware != "" {
+		hw, err := PlacedHardware(p)
+		if err != nil {
+			return err
+		}
+		spec.Hardware = hw
+	}
 	return nil
+}
+
+// PlacedHardware is the hardware a verified placement record p holds, nil
+// when it holds none.
+func PlacedHardware(p ownership.Placement) (*provider.Hardware, error) {
+	if p.Hardware == "" {
+		return nil, nil
+	}
+	var hw provider.Hardware
+	dec := json.NewDecoder(strings.NewReader(p.Hardware))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&hw); err != nil {
+		return nil, fmt.Errorf("its hardware: %w", err)
+	}
+	if err := hw.Check(); err != nil {
+		return nil, fmt.Errorf("its hardware: %w", err)
+	}
+	return &hw, nil
 }
 
 // placedSource is the kind's record of the template source p holds: its
