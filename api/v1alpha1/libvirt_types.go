@@ -63,8 +63,9 @@ type LibvirtClusterSettings struct {
 	// vfio-pci on their host (docs/templates.md, "GPU jobs").
 	// +optional
 	// +kubebuilder:validation:MaxItems=256
-	// +kubebuilder:validation:XValidation:rule="self.all(d, self.exists_one(o, o.host == d.host && o.address == d.address))",message="spec.libvirt.devices must not list a host's device twice"
-	// +listType=atomic
+	// +listType=map
+	// +listMapKey=host
+	// +listMapKey=address
 	Devices []LibvirtDevice `json:"devices,omitempty"`
 }
 
@@ -88,6 +89,7 @@ type LibvirtDevice struct {
 	// address is the device's PCI address on the host, such as
 	// 0000:01:00.0 (domain:bus:slot.function, lspci -D).
 	// +required
+	// +kubebuilder:validation:MaxLength=12
 	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`
 	Address string `json:"address"`
 }

@@ -48,7 +48,7 @@ func TestTenancyAndMetadataRules(t *testing.T) {
 	}
 
 	cases := []invalidCase{
-		{name: "tenancy template id and name", base: validCluster, mutate: set(rule(map[string]any{"templates": []any{map[string]any{"id": int64(9000), "name": "debian"}}}), "spec", "tenancy"), want: "set exactly one of id and name in a tenancy templates entry"},
+		{name: "tenancy template id and name", base: validCluster, mutate: set(rule(map[string]any{"templates": []any{map[string]any{"id": int64(9000), "name": "debian"}}}), "spec", "tenancy"), want: "set exactly one of id, name and tag in a tenancy templates entry"},
 		{name: "tenancy no templates", base: validCluster, mutate: set(rule(map[string]any{"templates": []any{}}), "spec", "tenancy"), want: "spec.tenancy[0].templates: Invalid value"},
 		{name: "tenancy reversed vlans", base: validCluster, mutate: set(rule(map[string]any{"vlans": []any{map[string]any{"start": int64(200), "end": int64(100)}}}), "spec", "tenancy"), want: "a tenancy vlans range must have start <= end"},
 		{name: "tenancy vlan out of range", base: validCluster, mutate: set(rule(map[string]any{"vlans": []any{map[string]any{"start": int64(1), "end": int64(4095)}}}), "spec", "tenancy"), want: "spec.tenancy[0].vlans[0].end: Invalid value: 4095"},
