@@ -397,6 +397,10 @@ const (
 	// MaxMachinesReachedReason: the cluster's spec.limits.maxMachines VMs
 	// exist or are being created; a claim waits for one to be deleted.
 	MaxMachinesReachedReason ConditionReason = "MaxMachinesReached"
+	// QuotaExceededReason: placing the VM would take the claim's namespace
+	// over a limit of its tenancy rule (spec.tenancy[].limits) on the
+	// cluster; the claim waits until the namespace's usage falls.
+	QuotaExceededReason ConditionReason = "QuotaExceeded"
 	// InsufficientCapacityReason: no allowed node has the memory, or a
 	// storage the room, for the VM; the claim waits for capacity.
 	InsufficientCapacityReason ConditionReason = "InsufficientCapacity"
