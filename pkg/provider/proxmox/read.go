@@ -128,6 +128,7 @@ func (p *Provider) Probe(ctx context.Context) (*provider.ClusterInfo, error) {
 	if err := p.api.call(ctx, http.MethodGet, "/version", nil, nil, &v); err != nil {
 		return nil, fmt.Errorf("probe cluster %q: %w", p.cfg.Name, err)
 	}
+	p.noteVersion(v.Version)
 	var nodes proxmox.NodeStatuses
 	if err := p.api.call(ctx, http.MethodGet, "/nodes", nil, nil, &nodes); err != nil {
 		return nil, fmt.Errorf("list the nodes of cluster %q: %w", p.cfg.Name, err)
