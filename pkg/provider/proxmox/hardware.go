@@ -224,11 +224,11 @@ func (c *ensureCall) hardwareConfig(ctx context.Context, body map[string]any, cf
 	return nil
 }
 
-// checkTemplateHardware is ValidateTemplate's check of the hardware the
-// template's VMs get: the CPU against the cluster's version, and each
-// extra disk's storage on the template's node, holding VM images.
-func (p *Provider) checkTemplateHardware(ctx context.Context, view *clusterView, t *templateInfo, src provider.TemplateSource) error {
-	hw := src.Hardware
+// checkSpecHardware refuses, before a VM is placed, the hardware a clone
+// of tmpl could not get on the cluster's version: what ValidateTemplate
+// checked of the template, again for a VM whose placement record was
+// written before an edit, or before the cluster changed version.
+func (p *Provider) checkSpecHardware(ctx context.Context, tmpl *templateInfo, hw *provider.Hardware) error {
 	if hw.IsZero() {
 		return nil
 	}
@@ -236,10 +236,19 @@ func (p *Provider) checkTemplateHardware(ctx context.Context, view *clusterView,
 	if err != nil {
 		return err
 	}
-	if err := checkHardware(major, hw, t.cpu); err != nil {
+	if err := checkHardware(major, hw, tmpl.cpu); err != nil {
 		return err
 	}
-	if _, err := extraDiskKeys(t, len(hw.ExtraDisks)); err != nil {
+	_, err = extraDiskKeys(tmpl, len(hw.ExtraDisks))
+	return err
+}
+
+// checkTemplateHardware is ValidateTemplate's check of the hardware the
+// template's VMs get: the CPU against the cluster's version, and each
+// extra disk's storage on the template's node, holding VM images.
+func (p *Provider) checkTemplateHardware(ctx context.Context, view *clusterView, t *templateInfo, src provider.TemplateSource) error {
+	hw := src.Hardware
+	if err := p.checkSpecHardware(ctx, t, hw); err != nil || hw == nil {
 		return err
 	}
 	boot := p.bootStorage(t, &provider.VMSpec{Source: src})

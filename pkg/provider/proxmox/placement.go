@@ -296,6 +296,9 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 	if err != nil {
 		return placement{}, err
 	}
+	if err := p.checkSpecHardware(ctx, tmpl, spec.Hardware); err != nil {
+		return placement{}, err
+	}
 	view, err := p.clusterView(ctx, viewTTL)
 	if err != nil {
 		return placement{}, err
