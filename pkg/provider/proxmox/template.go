@@ -29,8 +29,8 @@ type templateInfo struct {
 	// drives are its drive keys, CD-ROMs too (extraDiskKeys).
 	cpu    string
 	drives []string
-	tags []string
-	at   time.Time
+	tags   []string
+	at     time.Time
 }
 
 // templateDisk is one volume a clone copies.
