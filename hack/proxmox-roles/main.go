@@ -85,6 +85,7 @@ var features = map[string]string{
 	"pools":            "Resource pools (`spec.source.proxmox.pool`)",
 	"standby":          "The standby tier (`spec.standby` of a RunnerPool): VMs suspended to disk and resumed for a job",
 	"isolation":        "Network isolation (`spec.network.isolation` of the HypervisorCluster): each policy a security group, each VM its firewall options, rule and ipfilter IPSet",
+	"hardware":         "`spec.hardware` of a template: the VM's CPU model and flags (VM.Config.CPU) and extra disks (VM.Config.Disk, Datastore.AllocateSpace on their storage), which base's role holds already",
 }
 
 func (d rolesDoc) validate() error {

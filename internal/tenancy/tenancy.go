@@ -21,6 +21,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/isolation"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -107,8 +108,57 @@ func ruleViolations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hypervis
 	}
 	add(dnsDomainViolation(tmpl, cluster, rule))
 	add(isolationViolation(tmpl, cluster, rule))
+	out = append(out, hardwareViolations(tmpl, cluster, rule)...)
 	return out
 }
+
+// hardwareViolations checks spec.hardware: the CPU model and flags, nested
+// virtualization, the device mappings and the extra disks' storages. A
+// CPU model or flag reaches the host's CPU (a host model exposes every
+// feature, nested virtualization lets a guest run KVM of its own), a
+// device is a piece of one host and a disk takes space on a storage other
+// teams share: each one the platform team allows per namespace.
+func hardwareViolations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rule *hfv1.TenancyRule) []string {
+	hw := vmspec.Hardware(tmpl, cluster)
+	if hw == nil {
+		return nil
+	}
+	var out []string
+	if hw.CPUType != "" && !slices.Contains(rule.CPUTypes, hw.CPUType) {
+		out = append(out, fmt.Sprintf("spec.hardware.cpuType %s is not allowed; allowed CPU types: %s (ask the cluster's owner to list it in spec.tenancy[].cpuTypes, or leave it unset for the template's own)",
+			hw.CPUType, listOrNone(rule.CPUTypes)))
+	}
+	for _, f := range hw.CPUFlags {
+		if !slices.Contains(rule.CPUFlags, f) {
+			out = append(out, fmt.Sprintf("spec.hardware.cpuFlags %s is not allowed; allowed CPU flags: %s (ask the cluster's owner to list it in spec.tenancy[].cpuFlags)",
+				f, listOrNone(rule.CPUFlags)))
+		}
+	}
+	if hw.NestedVirtualization && !slices.Contains(rule.CPUFlags, nestedVirtFlag) {
+		out = append(out, "spec.hardware.nestedVirtualization is not allowed; ask the cluster's owner to list "+nestedVirtFlag+" in spec.tenancy[].cpuFlags, or remove it")
+	}
+	for _, m := range hw.Devices {
+		if !slices.Contains(rule.Devices, m) {
+			out = append(out, fmt.Sprintf("spec.hardware.devices mapping %s is not allowed; allowed device mappings: %s (ask the cluster's owner to list it in spec.tenancy[].devices)",
+				m, listOrNone(rule.Devices)))
+		}
+	}
+	for i, d := range hw.ExtraDisks {
+		// An unset storage with no cluster default is the kind's own
+		// default, which the platform team chose by leaving defaultStorage
+		// unset: allowed like the cluster's default.
+		if d.Storage == "" || d.Storage == cluster.Spec.DefaultStorage || slices.Contains(rule.Storages, d.Storage) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("spec.hardware.extraDisks[%d].storage %s is not allowed; allowed storages: %s (or leave it unset for the cluster's defaultStorage)",
+			i, d.Storage, listOrNone(rule.Storages)))
+	}
+	return out
+}
+
+// nestedVirtFlag is the entry of a rule's cpuFlags that allows
+// spec.hardware.nestedVirtualization.
+const nestedVirtFlag = "nested-virt"
 
 // isolationViolation checks the network isolation policy the template's
 // VMs get: one the rule lists, or (the rule listing none) the cluster's

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -330,6 +331,76 @@ func TestTenancyIsolationPolicies(t *testing.T) {
 			got := strings.Join(Violations(tmpl, tc.cluster, []hfv1.TenancyRule{tc.rule}, nil), "; ")
 			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 				t.Fatalf("violations %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTenancyHardware covers spec.hardware against a rule: each CPU type,
+// flag, device mapping and extra disk storage must be listed (nested
+// virtualization through nested-virt in cpuFlags), an extra disk with no
+// storage goes to, and is allowed as, the cluster's defaultStorage, and
+// one rule must allow all of it.
+func TestTenancyHardware(t *testing.T) {
+	cluster := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{Provider: hfv1.ProviderProxmox, DefaultStorage: "local-lvm"}}
+	minimal := hfv1.TenancyRule{Templates: []hfv1.AllowedTemplate{{ID: ptr.To[int32](9000)}}}
+	kvm := minimal
+	kvm.CPUTypes, kvm.CPUFlags = []string{"host"}, []string{"nested-virt", "+aes"}
+	gpu := minimal
+	gpu.Devices, gpu.Storages = []string{"gpu"}, []string{"scratch"}
+	disk := func(size, storage string) hfv1.ExtraDisk {
+		return hfv1.ExtraDisk{Size: resource.MustParse(size), Storage: storage}
+	}
+	cases := []struct {
+		name  string
+		rules []hfv1.TenancyRule
+		hw    *hfv1.MachineHardware
+		want  []string // fragments of the problems; none = allowed
+	}{
+		{"no hardware", []hfv1.TenancyRule{minimal}, nil, nil},
+		{"empty hardware", []hfv1.TenancyRule{minimal}, &hfv1.MachineHardware{}, nil},
+		{"cpu type, none allowed", []hfv1.TenancyRule{minimal}, &hfv1.MachineHardware{CPUType: "host"},
+			[]string{"spec.hardware.cpuType host is not allowed; allowed CPU types: none"}},
+		{"cpu type listed", []hfv1.TenancyRule{kvm}, &hfv1.MachineHardware{CPUType: "host"}, nil},
+		{"cpu type not listed", []hfv1.TenancyRule{kvm}, &hfv1.MachineHardware{CPUType: "x86-64-v3"},
+			[]string{"spec.hardware.cpuType x86-64-v3 is not allowed; allowed CPU types: host"}},
+		{"flag listed", []hfv1.TenancyRule{kvm}, &hfv1.MachineHardware{CPUFlags: []string{"+aes"}}, nil},
+		{"flag listed with the other sign", []hfv1.TenancyRule{kvm}, &hfv1.MachineHardware{CPUFlags: []string{"-aes"}},
+			[]string{"spec.hardware.cpuFlags -aes is not allowed; allowed CPU flags: nested-virt, +aes"}},
+		{"nested, none allowed", []hfv1.TenancyRule{minimal}, &hfv1.MachineHardware{NestedVirtualization: true},
+			[]string{"spec.hardware.nestedVirtualization is not allowed; ask the cluster's owner to list nested-virt"}},
+		{"nested allowed", []hfv1.TenancyRule{kvm}, &hfv1.MachineHardware{CPUType: "host", NestedVirtualization: true}, nil},
+		{"device, none allowed", []hfv1.TenancyRule{kvm}, &hfv1.MachineHardware{Devices: []hfv1.DeviceRequest{{Mapping: "gpu"}}},
+			[]string{"spec.hardware.devices mapping gpu is not allowed; allowed device mappings: none"}},
+		{"device listed", []hfv1.TenancyRule{gpu}, &hfv1.MachineHardware{Devices: []hfv1.DeviceRequest{{Mapping: "gpu"}}}, nil},
+		{"extra disk on the default storage", []hfv1.TenancyRule{minimal}, &hfv1.MachineHardware{ExtraDisks: []hfv1.ExtraDisk{disk("10Gi", "")}}, nil},
+		{"extra disk naming the default storage", []hfv1.TenancyRule{gpu}, &hfv1.MachineHardware{ExtraDisks: []hfv1.ExtraDisk{disk("10Gi", "local-lvm")}}, nil},
+		{"extra disk on a listed storage", []hfv1.TenancyRule{gpu}, &hfv1.MachineHardware{ExtraDisks: []hfv1.ExtraDisk{disk("10Gi", "scratch")}}, nil},
+		{"extra disk elsewhere", []hfv1.TenancyRule{gpu}, &hfv1.MachineHardware{ExtraDisks: []hfv1.ExtraDisk{disk("10Gi", ""), disk("1Gi", "fast")}},
+			[]string{"spec.hardware.extraDisks[1].storage fast is not allowed; allowed storages: scratch (or leave it unset for the cluster's defaultStorage)"}},
+		{"every problem named", []hfv1.TenancyRule{minimal}, &hfv1.MachineHardware{CPUType: "host", CPUFlags: []string{"+pcid"}, NestedVirtualization: true,
+			Devices: []hfv1.DeviceRequest{{Mapping: "gpu"}}, ExtraDisks: []hfv1.ExtraDisk{disk("1Gi", "fast")}},
+			[]string{"cpuType host", "cpuFlags +pcid", "nestedVirtualization", "mapping gpu", "extraDisks[0].storage fast"}},
+		{"rules do not add up", []hfv1.TenancyRule{kvm, gpu}, &hfv1.MachineHardware{CPUType: "host", Devices: []hfv1.DeviceRequest{{Mapping: "gpu"}}},
+			[]string{"spec.hardware.devices mapping gpu is not allowed"}},
+		{"one rule allows all", []hfv1.TenancyRule{minimal, {Templates: minimal.Templates, CPUTypes: []string{"host"}, CPUFlags: []string{"nested-virt"}, Devices: []string{"gpu"}}},
+			&hfv1.MachineHardware{CPUType: "host", NestedVirtualization: true, Devices: []hfv1.DeviceRequest{{Mapping: "gpu"}}}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := &hfv1.HypervisorMachineTemplate{Spec: hfv1.HypervisorMachineTemplateSpec{
+				Source:   hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000), CloneMode: hfv1.CloneModeLinked}},
+				Hardware: tc.hw,
+			}}
+			got := Violations(tmpl, cluster, tc.rules, nil)
+			if len(got) != len(tc.want) {
+				t.Fatalf("violations %q, want %d like %q", got, len(tc.want), tc.want)
+			}
+			joined := strings.Join(got, "; ")
+			for _, w := range tc.want {
+				if !strings.Contains(joined, w) {
+					t.Fatalf("violations %q, want %q among them", got, w)
+				}
 			}
 		})
 	}

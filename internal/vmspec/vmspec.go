@@ -96,15 +96,16 @@ func DNS(cluster *hfv1.HypervisorCluster, tmpl *hfv1.HypervisorMachineTemplate) 
 
 // Source converts the template's source into the provider's terms: what
 // the hypervisor kind of its cluster reads from its own sections
-// (provider.TemplateKind, Kind.ReadSource), with the TPM its VMs need. A
-// template no registered kind reads has an empty source, which every
-// provider refuses.
+// (provider.TemplateKind, Kind.ReadSource), with the TPM and the hardware
+// its VMs need. A template no registered kind reads has an empty source,
+// which every provider refuses.
 func Source(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) provider.TemplateSource {
 	var out provider.TemplateSource
 	if kind, ok := provider.TemplateKind(tmpl, cluster); ok {
 		out = kind.ReadSource(tmpl)
 	}
 	out.TPM = TPM(tmpl)
+	out.Hardware = Hardware(tmpl, cluster)
 	return out
 }
 

@@ -301,6 +301,12 @@ type TemplateSource struct {
 	// with Add false ValidateTemplate refuses a template that has no TPM
 	// 2.0 of its own. EnsureVM ignores it.
 	TPM *VMTPM
+	// Hardware, when set, is the hardware the template's VMs get
+	// (VMSpec.Hardware): ValidateTemplate refuses what the hypervisor
+	// would not give them (a CPU model or flag its version lacks, an
+	// extra disk's storage missing), so that no VM is cloned for it.
+	// EnsureVM ignores it.
+	Hardware *Hardware
 	// Settings is the hypervisor kind's own naming of the template and of
 	// its clones' place (for Proxmox a proxmox.TemplateRef: the template's
 	// VM id or name, a full clone's storage and format, a resource pool),

@@ -156,6 +156,9 @@ func (p *Provider) validateSpec(spec *provider.VMSpec) error {
 			return bad("isolation", "%v", err)
 		}
 	}
+	if err := spec.Hardware.Check(); err != nil {
+		return bad("spec.hardware", "%v", err)
+	}
 	if spec.Native != nil {
 		return checkNative(spec.Native, bad)
 	}
@@ -692,6 +695,9 @@ func (c *ensureCall) configure(ctx context.Context, v *verified) (*provider.Ensu
 	if err != nil {
 		return nil, err
 	}
+	if err := c.hardwareConfig(ctx, body, v.cfg); err != nil {
+		return nil, err
+	}
 	if iso := c.spec.Isolation; iso != nil {
 		// Before the update that tags the VM configured (and turns on
 		// firewall=1): a VM is never started with half a firewall.
@@ -731,6 +737,11 @@ func paramField(err error, native bool) string {
 	fields := map[string]string{
 		"cores": "spec.resources.cpu", "memory": "spec.resources.memory", "net0": "spec.network",
 		"tags": "tags", "description": "description", "name": "name", tpmKey: fieldAddTPM,
+		"cpu": fieldCPUType + " or " + fieldCPUFlags,
+	}
+	for i := 1; i <= maxSCSI; i++ {
+		// The update carries scsiN only for an extra disk.
+		fields["scsi"+strconv.Itoa(i)] = fieldExtraDisks
 	}
 	if native {
 		maps.Copy(fields, map[string]string{

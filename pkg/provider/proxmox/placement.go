@@ -296,6 +296,9 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 	if err != nil {
 		return placement{}, err
 	}
+	if err := p.checkSpecHardware(ctx, tmpl, spec.Hardware); err != nil {
+		return placement{}, err
+	}
 	view, err := p.clusterView(ctx, viewTTL)
 	if err != nil {
 		return placement{}, err
@@ -493,16 +496,23 @@ func (p *Provider) storageShortLocked(view *clusterView, node string, tmpl *temp
 		state = vmstateStorage(view.storages[node], sids)
 		need[state] += vmstateBytes(mem)
 	}
+	extra := p.extraDiskNeed(tmpl, spec)
+	if short := p.extraDiskShortLocked(view, node, extra); short != "" {
+		return short
+	}
 	for _, sid := range append(sids, state) {
 		st, ok := view.storages[node][sid]
 		if sid == "" || !ok {
 			continue // not on this node: the clone request reports it
 		}
 		free := st.MaxDisk - st.Disk - p.reservedDisk[storageKey(view, node, sid)]
-		if free >= need[sid] {
+		if free >= need[sid]+extra[sid] {
 			continue
 		}
 		what := fmt.Sprintf("a %d GiB disk", diskNeed(spec, tmpl)>>30)
+		if extra[sid] > 0 {
+			what += fmt.Sprintf(" and %d GiB of extra disks (spec.hardware.extraDisks)", extra[sid]>>30)
+		}
 		switch {
 		case sid == state && !slices.Contains(sids, sid):
 			what = fmt.Sprintf("the VM's saved memory (%d GiB, it is a standby VM)", vmstateBytes(mem)>>30)

@@ -76,6 +76,12 @@ func featureSets() []featureSet {
 		{name: "isolation", spec: func(_ *testing.T, s *provider.VMSpec) {
 			s.Isolation = isolationSpec(s.Name, s.Owner.UID).Isolation
 		}, sim: func(_ *testing.T, e *env, _ *provider.VMSpec) { e.p.cfg.Isolated = true }, use: sweepIsolation},
+		// spec.hardware: the cpu option (CPU model host, nested
+		// virtualization) and an extra disk allocated on a storage.
+		{name: "hardware", spec: func(_ *testing.T, s *provider.VMSpec) {
+			s.Hardware = &provider.Hardware{CPUType: "host", NestedVirtualization: true, ExtraDisks: []provider.Disk{{Bytes: 1 << 30, Storage: "local-lvm"}}}
+			s.Source.Hardware = s.Hardware
+		}},
 	}
 }
 

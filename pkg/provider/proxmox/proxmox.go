@@ -169,6 +169,10 @@ type Provider struct {
 	inflight map[int]inflight
 	// isoGone are VM ids whose ISO this process has deleted.
 	isoGone map[int]bool
+	// pveMajor is the cluster's Proxmox VE major version, read at
+	// pveMajorAt (majorVersion).
+	pveMajor   int
+	pveMajorAt time.Time
 	// mediaTasks are the deletions of stray cloud-init ISOs this process
 	// started, by volume id, until it sees the file gone.
 	mediaTasks map[string]provider.Task

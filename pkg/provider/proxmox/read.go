@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
@@ -128,6 +130,7 @@ func (p *Provider) Probe(ctx context.Context) (*provider.ClusterInfo, error) {
 	if err := p.api.call(ctx, http.MethodGet, "/version", nil, nil, &v); err != nil {
 		return nil, fmt.Errorf("probe cluster %q: %w", p.cfg.Name, err)
 	}
+	p.noteVersion(v.Version)
 	var nodes proxmox.NodeStatuses
 	if err := p.api.call(ctx, http.MethodGet, "/nodes", nil, nil, &nodes); err != nil {
 		return nil, fmt.Errorf("list the nodes of cluster %q: %w", p.cfg.Name, err)
@@ -184,4 +187,42 @@ func (p *Provider) Probe(ctx context.Context) (*provider.ClusterInfo, error) {
 		return nil, err
 	}
 	return info, nil
+}
+
+// versionTTL is how long the cluster's Proxmox VE version is trusted: an
+// upgrade from 8 to 9 changes which CPU flags a VM may set.
+const versionTTL = 5 * time.Minute
+
+// majorVersion is the cluster's Proxmox VE major version, from GET
+// /version (which every authenticated caller may read), cached for
+// versionTTL.
+func (p *Provider) majorVersion(ctx context.Context) (int, error) {
+	p.mu.Lock()
+	major, at := p.pveMajor, p.pveMajorAt
+	p.mu.Unlock()
+	if major != 0 && p.clock.Since(at) < versionTTL {
+		return major, nil
+	}
+	var v proxmox.Version
+	if err := p.api.call(ctx, http.MethodGet, "/version", nil, nil, &v); err != nil {
+		return 0, fmt.Errorf("read the Proxmox VE version of cluster %q: %w", p.cfg.Name, err)
+	}
+	p.noteVersion(v.Version)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pveMajor == 0 {
+		return 0, fmt.Errorf("cluster %q reports Proxmox VE version %q, which is not <major>.<minor>", p.cfg.Name, v.Version)
+	}
+	return p.pveMajor, nil
+}
+
+// noteVersion keeps the major version of a /version answer ("8.4.14").
+func (p *Provider) noteVersion(version string) {
+	major, err := strconv.Atoi(strings.SplitN(version, ".", 2)[0])
+	if err != nil || major <= 0 {
+		return
+	}
+	p.mu.Lock()
+	p.pveMajor, p.pveMajorAt = major, p.clock.Now()
+	p.mu.Unlock()
 }

@@ -24,9 +24,13 @@ type templateInfo struct {
 	memoryBytes int64
 	agent       bool
 	// tpm is the version of the template's tpmstate0, "" without one.
-	tpm  string
-	tags []string
-	at   time.Time
+	tpm string
+	// cpu is the template's cpu option, "" for Proxmox's default;
+	// drives are its drive keys, CD-ROMs too (extraDiskKeys).
+	cpu    string
+	drives []string
+	tags   []string
+	at     time.Time
 }
 
 // templateDisk is one volume a clone copies.
@@ -104,7 +108,8 @@ func (p *Provider) template(ctx context.Context, src provider.TemplateSource) (*
 		}
 		return nil, configErr("NotATemplate", field, "VM %d is not a template; convert it (qm template %d) or name a template", id, id)
 	}
-	t := &templateInfo{id: id, name: cfg["name"], node: node, agent: agentOn(cfg["agent"]), tpm: cfg.tpmVersion(), tags: cfg.tags(), at: p.clock.Now()}
+	t := &templateInfo{id: id, name: cfg["name"], node: node, agent: agentOn(cfg["agent"]), tpm: cfg.tpmVersion(), tags: cfg.tags(), at: p.clock.Now(),
+		cpu: cfg["cpu"], drives: cfg.drives()}
 	for _, k := range cfg.disks() {
 		d := parseDrive(cfg[k])
 		t.disks = append(t.disks, templateDisk{key: k, storage: d.storage(), format: d.format(),
@@ -261,6 +266,9 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 		}
 	}
 	if err := checkTemplateTPM(t, src.TPM); err != nil {
+		return nil, err
+	}
+	if err := p.checkTemplateHardware(ctx, view, t, src); err != nil {
 		return nil, err
 	}
 	if ref.ResourcePool != "" {

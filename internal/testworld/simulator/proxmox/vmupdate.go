@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox/qemucpu"
 )
 
 // handleConfigAsync is POST .../config: checks run synchronously, the
@@ -43,6 +45,15 @@ func (s *Simulator) updateConfig(q *apiRequest, sync bool) (any, error) {
 	for k, v := range q.params {
 		if !configMeta[k] {
 			changes[k] = v
+		}
+	}
+	if cpu, ok := changes["cpu"]; ok {
+		// The pve-vm-cpu-conf format's check, part of the parameter
+		// verification (400): validate_vm_cpu_conf in qemu-server's
+		// src/PVE/QemuServer/CPUConfig.pm, per version. The simulator
+		// defines no custom CPU model.
+		if err := qemucpu.Check(int(s.version()), cpu, nil); err != nil {
+			return nil, paramError(map[string]string{"cpu": err.Error()})
 		}
 	}
 	if len(changes) == 0 && len(deletes) == 0 && !q.has("revert") {
@@ -145,6 +156,12 @@ func (s *Simulator) checkDriveLocked(v *vm, key, val string) error {
 		// disk on such a storage up front, naming the storage.
 		if !st.content["images"] {
 			return paramError(map[string]string{"storage": fmt.Sprintf("storage '%s' does not support vm images", sid)})
+		}
+		// The volume is allocated in the update (create_disks): a
+		// storage without the room fails it, and nothing is written.
+		gib, _ := strconv.ParseFloat(rest, 64)
+		if size := int64(gib * (1 << 30)); st.capacity > 0 && s.storageUsedLocked(st, v.node)+size > st.capacity {
+			return serverError("unable to create image: no space left on storage '%s' (%d bytes needed)", sid, size)
 		}
 	default:
 		if st.volumes[volumeKey(st.scope(v.node), d.file)] == nil {
