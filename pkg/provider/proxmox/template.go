@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +46,7 @@ type templateDisk struct {
 const (
 	fieldTemplateID   = "spec.source.proxmox.templateID"
 	fieldTemplateName = "spec.source.proxmox.templateName"
+	fieldSelector     = "spec.source.proxmox.templateSelector.matchTags"
 	fieldCloneMode    = "spec.source.proxmox.cloneMode"
 	fieldStorage      = "spec.source.proxmox.storage"
 	fieldFormat       = "spec.source.proxmox.format"
@@ -104,6 +106,12 @@ func (p *Provider) template(ctx context.Context, src provider.TemplateSource) (*
 		}
 		return nil, configErr("NotATemplate", field, "VM %d is not a template; convert it (qm template %d) or name a template", id, id)
 	}
+	return p.keepTemplate(id, node, cfg), nil
+}
+
+// keepTemplate is the template VM id on node whose config is cfg, kept in
+// the cache.
+func (p *Provider) keepTemplate(id int, node string, cfg vmConfig) *templateInfo {
 	t := &templateInfo{id: id, name: cfg["name"], node: node, agent: agentOn(cfg["agent"]), tpm: cfg.tpmVersion(), tags: cfg.tags(), at: p.clock.Now()}
 	for _, k := range cfg.disks() {
 		d := parseDrive(cfg[k])
@@ -126,7 +134,7 @@ func (p *Provider) template(ctx context.Context, src provider.TemplateSource) (*
 	p.mu.Lock()
 	p.templates[id] = t
 	p.mu.Unlock()
-	return t, nil
+	return t
 }
 
 func agentOn(v string) bool {
@@ -178,13 +186,16 @@ func linkedCloneOK(typ, format string) bool {
 	return false
 }
 
-// ValidateTemplate implements provider.Provider.
+// ValidateTemplate implements provider.Provider. Under a templateSelector
+// every node's copy is checked as one template is, and the result names
+// the nodes holding one (TemplateInfo.Nodes).
 func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSource) (*provider.TemplateInfo, error) {
 	ref := templateRefOf(src)
 	// Always read the template afresh: the user may just have fixed it.
 	p.mu.Lock()
 	for id, t := range p.templates {
-		if id == ref.ID || (ref.ID == 0 && t.name == ref.Name) {
+		selected := len(ref.Tags) > 0 && hasTags(t.tags, ref.Tags)
+		if selected || id == ref.ID || (ref.ID == 0 && len(ref.Tags) == 0 && t.name == ref.Name) {
 			delete(p.templates, id)
 		}
 	}
@@ -193,10 +204,84 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 	if err != nil {
 		return nil, err
 	}
-	t, err := p.template(ctx, src)
+	copies, err := p.templateCopies(ctx, src)
 	if err != nil {
 		return nil, err
 	}
+	var info *provider.TemplateInfo
+	for _, node := range copies.nodes() {
+		t := copies.one
+		if t == nil {
+			t = copies.byNode[node]
+		}
+		one, err := p.validateCopy(view, src, t)
+		if err != nil {
+			return nil, err
+		}
+		info = mergeCopyInfo(info, one)
+	}
+	if copies.one == nil {
+		info.Nodes = copies.nodes()
+	}
+	if ref.ResourcePool != "" {
+		var pools []struct {
+			PoolID string `json:"poolid"`
+		}
+		if err := p.api.call(ctx, http.MethodGet, "/pools", nil, nil, &pools); err != nil {
+			return nil, err
+		}
+		found := false
+		for _, pl := range pools {
+			found = found || pl.PoolID == ref.ResourcePool
+		}
+		if !found {
+			return nil, configErr("PoolNotFound", fieldPool, "resource pool %q does not exist, or the operator's token lacks Pool.Audit on /pool/%s to see it; create it with pveum pool add %s, or grant the privilege: %s",
+				ref.ResourcePool, ref.ResourcePool, ref.ResourcePool, privileges.Fix("Pool.Audit"))
+		}
+	}
+	for _, node := range copies.nodes() {
+		t := copies.one
+		if t == nil {
+			t = copies.byNode[node]
+		}
+		if src.Native != nil {
+			if err := p.checkNativeFiles(ctx, view, t, src.Native); err != nil {
+				return nil, err
+			}
+		}
+		if !t.agent {
+			p.log.Info("Template has no QEMU guest agent; VMs will never report addresses", "template", t.id)
+		}
+	}
+	return info, nil
+}
+
+// mergeCopyInfo adds what ValidateTemplate learned of one more copy of a
+// selected template to what it learned of the others (nil before the
+// first): the first copy names the template, a property holds only when
+// it holds for every copy, and the storages and disk size are every
+// copy's.
+func mergeCopyInfo(info, one *provider.TemplateInfo) *provider.TemplateInfo {
+	if info == nil {
+		return one
+	}
+	info.LinkedCloneSupported = info.LinkedCloneSupported && one.LinkedCloneSupported
+	info.GuestFiles = info.GuestFiles && one.GuestFiles
+	info.TPM = info.TPM && one.TPM
+	info.DiskBytes = max(info.DiskBytes, one.DiskBytes)
+	for _, s := range one.Storages {
+		if !slices.Contains(info.Storages, s) {
+			info.Storages = append(info.Storages, s)
+		}
+	}
+	return info
+}
+
+// validateCopy checks one template (one copy of a selected template)
+// against src on its own node: the install's tag, its storages and clone
+// mode, a full clone's target, its TPM.
+func (p *Provider) validateCopy(view *clusterView, src provider.TemplateSource, t *templateInfo) (*provider.TemplateInfo, error) {
+	ref := templateRefOf(src)
 	if p.signer.HasOperatorTag(t.tags) {
 		return nil, configErr("TemplateTagged", fieldTemplateID,
 			"template %d carries this install's tag %q; remove the tag (clones of it would look already configured)", t.id, p.signer.OperatorTag())
@@ -262,30 +347,6 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 	}
 	if err := checkTemplateTPM(t, src.TPM); err != nil {
 		return nil, err
-	}
-	if ref.ResourcePool != "" {
-		var pools []struct {
-			PoolID string `json:"poolid"`
-		}
-		if err := p.api.call(ctx, http.MethodGet, "/pools", nil, nil, &pools); err != nil {
-			return nil, err
-		}
-		found := false
-		for _, pl := range pools {
-			found = found || pl.PoolID == ref.ResourcePool
-		}
-		if !found {
-			return nil, configErr("PoolNotFound", fieldPool, "resource pool %q does not exist, or the operator's token lacks Pool.Audit on /pool/%s to see it; create it with pveum pool add %s, or grant the privilege: %s",
-				ref.ResourcePool, ref.ResourcePool, ref.ResourcePool, privileges.Fix("Pool.Audit"))
-		}
-	}
-	if src.Native != nil {
-		if err := p.checkNativeFiles(ctx, view, t, src.Native); err != nil {
-			return nil, err
-		}
-	}
-	if !t.agent {
-		p.log.Info("Template has no QEMU guest agent; VMs will never report addresses", "template", t.id)
 	}
 	return info, nil
 }
