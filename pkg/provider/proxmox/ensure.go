@@ -129,8 +129,8 @@ func (p *Provider) validateSpec(spec *provider.VMSpec) error {
 		return bad("spec", "is nil")
 	case spec.Owner.UID == "":
 		return bad("owner.uid", "is empty; the ownership marker needs the claim's UID")
-	case templateRefOf(spec.Source).ID == 0 && templateRefOf(spec.Source).Name == "":
-		return bad(fieldTemplateID, "set templateID or templateName")
+	case templateRefOf(spec.Source).ID == 0 && templateRefOf(spec.Source).Name == "" && len(templateRefOf(spec.Source).Tags) == 0:
+		return bad(fieldTemplateID, "set templateID, templateName or templateSelector")
 	case !dnsNameRE.MatchString(spec.Name):
 		return bad("name", "%q is not a DNS name (letters, digits and '-', no underscores)", spec.Name)
 	case spec.CPUCores < 0 || spec.CPUCores > 1024:
@@ -511,7 +511,7 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 	if err != nil {
 		return nil, err
 	}
-	tmpl := c.p.cloneSource(view, copies, c.spec, c.prog.Node)
+	tmpl := c.p.cloneSource(view, copies, c.prog.Node)
 	if tmpl == nil {
 		// The node's copy of a selected template went away after the VM
 		// was placed there; nothing was cloned yet, so place it again.

@@ -323,7 +323,7 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 	if err != nil {
 		return placement{}, err
 	}
-	tmpl := p.cloneSource(view, copies, spec, node)
+	tmpl := p.cloneSource(view, copies, node)
 	vmid, err := p.allocateLocked(view)
 	if err != nil {
 		return placement{}, err
@@ -402,7 +402,7 @@ func (p *Provider) wakeAtCap() {
 // (minus reservations) that can receive a clone of copies (each node
 // judged with the template it clones from) and holds the ISO storage.
 func (p *Provider) chooseNodeLocked(view *clusterView, copies templateCopies, spec *provider.VMSpec, mem int64) (string, error) {
-	candidates, why := p.cloneCandidates(view, copies, spec)
+	candidates, why := p.cloneCandidates(view, copies)
 	reserved := p.reservedMemoryLocked()
 	best, bestFree := "", int64(-1)
 	for _, name := range candidates {
@@ -424,7 +424,7 @@ func (p *Provider) chooseNodeLocked(view *clusterView, copies templateCopies, sp
 			why = append(why, fmt.Sprintf("%s: %d MiB free", name, free>>20))
 			continue
 		}
-		if short := p.storageShortLocked(view, name, p.cloneSource(view, copies, spec, name), spec, mem); short != "" {
+		if short := p.storageShortLocked(view, name, p.cloneSource(view, copies, name), spec, mem); short != "" {
 			why = append(why, name+": "+short)
 			continue
 		}
@@ -435,7 +435,7 @@ func (p *Provider) chooseNodeLocked(view *clusterView, copies templateCopies, sp
 	if best != "" {
 		return best, nil
 	}
-	if tmpl := copies.one; tmpl != nil && len(candidates) == 1 && !p.crossNodeClone(view, tmpl, spec) && !p.allowed(tmpl.node) {
+	if tmpl := copies.one; tmpl != nil && len(candidates) == 1 && !p.crossNodeClone(view, tmpl) && !p.allowed(tmpl.node) {
 		return "", provider.Errorf(provider.ClassConfiguration, "TemplateNodeNotAllowed",
 			"template %d is on node %s, which is not in the cluster's nodes, and its disks are on local storage: add the node or move the template to shared storage", tmpl.id, tmpl.node)
 	}
@@ -575,15 +575,14 @@ func (p *Provider) availableStorageLocked(online map[string]bool, stores []resou
 }
 
 // crossNodeClone reports whether clones may target any node: only when
-// every volume the clone writes lives on shared storage.
-func (p *Provider) crossNodeClone(view *clusterView, tmpl *templateInfo, spec *provider.VMSpec) bool {
-	target := p.fullCloneStorage(spec)
+// every volume of the template lives on shared storage. Proxmox decides
+// by the source's volumes whatever a full clone's target storage
+// (qemu-server's clone_vm: "can't clone VM to node '$target' (VM uses
+// local storage)" when check_storage_access_clone finds one volume of
+// the template on a storage that is not shared).
+func (p *Provider) crossNodeClone(view *clusterView, tmpl *templateInfo) bool {
 	for _, d := range tmpl.disks {
-		sid := d.storage
-		if !spec.Source.Linked && target != "" {
-			sid = target
-		}
-		st, ok := view.storages[tmpl.node][sid]
+		st, ok := view.storages[tmpl.node][d.storage]
 		if !ok || st.Shared != 1 {
 			return false
 		}
@@ -648,7 +647,7 @@ func (p *Provider) holdCloneSlot(ctx context.Context, spec *provider.VMSpec, nod
 	if err != nil {
 		return ""
 	}
-	tmpl := p.cloneSource(view, copies, spec, node)
+	tmpl := p.cloneSource(view, copies, node)
 	if tmpl == nil {
 		return ""
 	}

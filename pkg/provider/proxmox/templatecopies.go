@@ -155,19 +155,19 @@ func joinInts(ids []int) string {
 }
 
 // cloneCandidates are the nodes a clone of copies may be placed on,
-// sorted, and why the allowed nodes left out are: a template whose clone
-// writes only shared storage reaches every node, one on local storage
-// only its own node. Under a selector that is every node holding a copy,
-// or every node when a copy's clone can cross nodes.
-func (p *Provider) cloneCandidates(view *clusterView, copies templateCopies, spec *provider.VMSpec) ([]string, []string) {
+// sorted, and why the allowed nodes left out are: a template whose
+// volumes are all on shared storage reaches every node, one on local
+// storage only its own node. Under a selector that is every node holding
+// a copy, or every node when a copy is on shared storage.
+func (p *Provider) cloneCandidates(view *clusterView, copies templateCopies) ([]string, []string) {
 	all := slices.Sorted(maps.Keys(view.nodes))
 	if t := copies.one; t != nil {
-		if p.crossNodeClone(view, t, spec) {
+		if p.crossNodeClone(view, t) {
 			return all, nil
 		}
 		return []string{t.node}, nil
 	}
-	if p.sharedCopy(view, copies, spec) != nil {
+	if p.sharedCopy(view, copies) != nil {
 		return all, nil
 	}
 	var why []string
@@ -180,23 +180,23 @@ func (p *Provider) cloneCandidates(view *clusterView, copies templateCopies, spe
 }
 
 // cloneSource is the template a clone placed on node is made from: the
-// one template, else node's own copy, else a copy whose clone can cross
-// nodes; nil when node has none of these.
-func (p *Provider) cloneSource(view *clusterView, copies templateCopies, spec *provider.VMSpec, node string) *templateInfo {
+// one template, else node's own copy, else a copy on shared storage; nil
+// when node has none of these.
+func (p *Provider) cloneSource(view *clusterView, copies templateCopies, node string) *templateInfo {
 	if copies.one != nil {
 		return copies.one
 	}
 	if t := copies.byNode[node]; t != nil {
 		return t
 	}
-	return p.sharedCopy(view, copies, spec)
+	return p.sharedCopy(view, copies)
 }
 
-// sharedCopy is the first copy (by node) whose clone writes only shared
-// storage, nil when none is.
-func (p *Provider) sharedCopy(view *clusterView, copies templateCopies, spec *provider.VMSpec) *templateInfo {
+// sharedCopy is the first copy (by node) whose volumes are all on shared
+// storage (its clones may go to any node), nil when none is.
+func (p *Provider) sharedCopy(view *clusterView, copies templateCopies) *templateInfo {
 	for _, node := range copies.nodes() {
-		if t := copies.byNode[node]; t != nil && p.crossNodeClone(view, t, spec) {
+		if t := copies.byNode[node]; t != nil && p.crossNodeClone(view, t) {
 			return t
 		}
 	}
