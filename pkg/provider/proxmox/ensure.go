@@ -129,7 +129,7 @@ func (p *Provider) validateSpec(spec *provider.VMSpec) error {
 		return bad("spec", "is nil")
 	case spec.Owner.UID == "":
 		return bad("owner.uid", "is empty; the ownership marker needs the claim's UID")
-	case templateRefOf(spec.Source).ID == 0 && templateRefOf(spec.Source).Name == "" && len(templateRefOf(spec.Source).Tags) == 0:
+	case templateRefOf(spec.Source).ID == 0 && templateRefOf(spec.Source).Name == "" && templateRefOf(spec.Source).Selector == "":
 		return bad(fieldTemplateID, "set templateID, templateName or templateSelector")
 	case !dnsNameRE.MatchString(spec.Name):
 		return bad("name", "%q is not a DNS name (letters, digits and '-', no underscores)", spec.Name)

@@ -56,11 +56,12 @@ type TemplateRef struct {
 	ID int
 	// Name is the template's name; used when ID is zero.
 	Name string
-	// Tags select one template per node instead of ID and Name (a
-	// templateSelector's matchTags, lower-cased and sorted as Proxmox
-	// stores tags): the templates carrying every tag, one on each node
-	// that holds a copy.
-	Tags []string
+	// Selector selects one template per node instead of ID and Name: the
+	// tags of a templateSelector's matchTags, lower-cased, sorted and
+	// joined by ',' (one string, so that a TemplateRef stays comparable as
+	// the TemplateSource holding it is compared): the templates carrying
+	// every tag, one on each node that holds a copy.
+	Selector string
 	// Storage and Format are the target of a full clone; empty means the
 	// cluster's default storage and the source format.
 	Storage string
@@ -73,12 +74,20 @@ var _ provider.SourceSettings = TemplateRef{}
 
 // Record implements provider.SourceSettings.
 func (r TemplateRef) Record() provider.SourceRecord {
-	return provider.SourceRecord{Number: r.ID, Name: r.Name, Tags: slices.Clone(r.Tags), Storage: r.Storage, Format: r.Format, Pool: r.ResourcePool}
+	return provider.SourceRecord{Number: r.ID, Name: r.Name, Tags: r.selectorTags(), Storage: r.Storage, Format: r.Format, Pool: r.ResourcePool}
+}
+
+// selectorTags are the tags of r's Selector, nil without one.
+func (r TemplateRef) selectorTags() []string {
+	if r.Selector == "" {
+		return nil
+	}
+	return strings.Split(r.Selector, ",")
 }
 
 // FromRecord implements provider.SourceSettings.
 func (TemplateRef) FromRecord(rec provider.SourceRecord) provider.SourceSettings {
-	return TemplateRef{ID: rec.Number, Name: rec.Name, Tags: slices.Clone(rec.Tags), Storage: rec.Storage, Format: rec.Format, ResourcePool: rec.Pool}
+	return TemplateRef{ID: rec.Number, Name: rec.Name, Selector: strings.Join(rec.Tags, ","), Storage: rec.Storage, Format: rec.Format, ResourcePool: rec.Pool}
 }
 
 // templateRefOf is src's TemplateRef; zero (no template named) when its Settings
@@ -151,7 +160,7 @@ func (hypervisorKind) ReadSource(tmpl *hfv1.HypervisorMachineTemplate) provider.
 		ref.ID = int(*src.TemplateID)
 	}
 	if sel := src.TemplateSelector; sel != nil {
-		ref.Tags = normalizeTags(sel.MatchTags)
+		ref.Selector = strings.Join(normalizeTags(sel.MatchTags), ",")
 	}
 	out := provider.TemplateSource{Linked: src.CloneMode != hfv1.CloneModeFull, Settings: ref}
 	if p := nativeSection(tmpl); p != nil {

@@ -30,7 +30,7 @@ func TestKindReadsItsSource(t *testing.T) {
 	// record's template reference names them.
 	tmpl.Spec.Source.Proxmox = hfv1.ProxmoxSource{TemplateSelector: &hfv1.TemplateSelector{MatchTags: []string{"Debian12", "ci", "CI"}}, CloneMode: hfv1.CloneModeLinked}
 	src = Kind.ReadSource(tmpl)
-	want = TemplateRef{Tags: []string{"ci", "debian12"}}
+	want = TemplateRef{Selector: "ci,debian12"}
 	if !Kind.ReadsTemplate(tmpl) || !src.Linked || !reflect.DeepEqual(src.Settings, want) {
 		t.Fatalf("ReadSource = %+v, want a linked clone of %+v", src, want)
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // selectorTags is the selector of the per-node tests' template.
-var selectorTags = []string{"ci", "debian12"}
+const selectorTags = "ci,debian12"
 
 // perNodeEnv is three nodes whose VM disks go to each node's own
 // local-lvm, with a copy of the template tagged ci and debian12 on pve1
@@ -41,7 +41,7 @@ func perNodeEnv(t *testing.T, mem int64, more ...proxmoxsim.TemplateConfig) *env
 // selectorTags.
 func selectorSpec(name, uid string) *provider.VMSpec {
 	s := testSpec(name, uid)
-	s.Source = provider.TemplateSource{Linked: true, Settings: TemplateRef{Tags: selectorTags}}
+	s.Source = provider.TemplateSource{Linked: true, Settings: TemplateRef{Selector: selectorTags}}
 	return s
 }
 

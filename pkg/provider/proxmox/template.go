@@ -156,7 +156,7 @@ func findTemplate(view *clusterView, src provider.TemplateSource) (int, string, 
 		return ref.ID, r.Node, nil
 	}
 	if ref.Name == "" {
-		return 0, "", configErr("TemplateNotSet", fieldTemplateID, "set templateID or templateName")
+		return 0, "", configErr("TemplateNotSet", fieldTemplateID, "set templateID, templateName or templateSelector")
 	}
 	var ids []int
 	for id, r := range view.vms {
@@ -194,8 +194,8 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 	// Always read the template afresh: the user may just have fixed it.
 	p.mu.Lock()
 	for id, t := range p.templates {
-		selected := len(ref.Tags) > 0 && hasTags(t.tags, ref.Tags)
-		if selected || id == ref.ID || (ref.ID == 0 && len(ref.Tags) == 0 && t.name == ref.Name) {
+		selected := ref.Selector != "" && hasTags(t.tags, ref.selectorTags())
+		if selected || id == ref.ID || (ref.ID == 0 && ref.Selector == "" && t.name == ref.Name) {
 			delete(p.templates, id)
 		}
 	}

@@ -49,7 +49,8 @@ func (c templateCopies) first() *templateInfo {
 // copy's config cached as one template's is).
 func (p *Provider) templateCopies(ctx context.Context, src provider.TemplateSource) (templateCopies, error) {
 	ref := templateRefOf(src)
-	if len(ref.Tags) == 0 {
+	tags := ref.selectorTags()
+	if len(tags) == 0 {
 		t, err := p.template(ctx, src)
 		return templateCopies{one: t}, err
 	}
@@ -57,13 +58,13 @@ func (p *Provider) templateCopies(ctx context.Context, src provider.TemplateSour
 	if err != nil {
 		return templateCopies{}, err
 	}
-	ids, err := selectTemplates(view, ref.Tags)
+	ids, err := selectTemplates(view, tags)
 	if err != nil {
 		return templateCopies{}, err
 	}
-	out := templateCopies{byNode: map[string]*templateInfo{}, tags: ref.Tags}
+	out := templateCopies{byNode: map[string]*templateInfo{}, tags: tags}
 	for _, node := range slices.Sorted(maps.Keys(ids)) {
-		t, err := p.templateCopy(ctx, ids[node], node, ref.Tags)
+		t, err := p.templateCopy(ctx, ids[node], node, tags)
 		if err != nil {
 			return templateCopies{}, err
 		}
@@ -72,7 +73,7 @@ func (p *Provider) templateCopies(ctx context.Context, src provider.TemplateSour
 		}
 	}
 	if len(out.byNode) == 0 {
-		return templateCopies{}, noTemplateTagged(ref.Tags)
+		return templateCopies{}, noTemplateTagged(tags)
 	}
 	return out, nil
 }
