@@ -168,11 +168,19 @@ func TestTemplateCopyGone(t *testing.T) {
 		}
 		e.advance(viewTTL)
 	}
-	// A VM placed first: the view and the copies are cached.
-	if _, err := e.p.EnsureVM(ctx, selectorSpec("runner-0", "uid-0"), provider.Progress{}); err != nil {
-		t.Fatal(err)
+	// A VM placed first, on pve2 (the most free memory), not cloned yet:
+	// the view and the copies are cached.
+	first := selectorSpec("runner-0", "uid-0")
+	res, err := e.p.EnsureVM(ctx, first, provider.Progress{})
+	if err != nil || res.Progress.Node != "pve2" || res.Phase != provider.PhasePlaced {
+		t.Fatalf("first VM: %+v, %v; want it placed on pve2", res, err)
 	}
 	destroy("pve2", 9002)
+	// Its clone finds pve2's copy gone and places it again, on pve1.
+	d := e.ensure(e.p, first, res.Progress, provider.PhaseRunning, 300)
+	if v := e.vm(mustVMID(d.prog.ID)); v == nil || v.Node != "pve1" || d.prog.Node != "pve1" {
+		t.Fatalf("first VM %+v at %+v, want it on pve1", v, d.prog)
+	}
 	for i := 1; i < 5; i++ {
 		res, err := e.p.EnsureVM(ctx, selectorSpec(fmt.Sprintf("runner-%d", i), fmt.Sprintf("uid-%d", i)), provider.Progress{})
 		if err != nil {
@@ -186,7 +194,7 @@ func TestTemplateCopyGone(t *testing.T) {
 		t.Fatalf("ValidateTemplate = %+v, %v; want the copy on pve1 alone", info, err)
 	}
 	destroy("pve1", 9001)
-	_, err := e.p.EnsureVM(ctx, selectorSpec("runner-x", "uid-x"), provider.Progress{})
+	_, err = e.p.EnsureVM(ctx, selectorSpec("runner-x", "uid-x"), provider.Progress{})
 	if reasonOf(err) != "TemplateNotFound" || !strings.Contains(err.Error(), "ci,debian12") {
 		t.Fatalf("EnsureVM with no copy left: %v, want TemplateNotFound naming the tags", err)
 	}
