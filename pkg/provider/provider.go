@@ -385,7 +385,7 @@ func parseRefTags(list string) ([]string, error) {
 	tags := strings.Split(list, ",")
 	for i, t := range tags {
 		if !validRefTag(t) {
-			return nil, fmt.Errorf("tag %q is not a lower-case tag of letters, digits and _ - + .", t)
+			return nil, fmt.Errorf("tag %q is not a lower-case tag (letters, digits and _ - + .)", t)
 		}
 		if i > 0 && tags[i-1] >= t {
 			return nil, fmt.Errorf("tags are not sorted without repeats")

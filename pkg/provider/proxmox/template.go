@@ -210,11 +210,7 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 	}
 	var info *provider.TemplateInfo
 	for _, node := range copies.nodes() {
-		t := copies.one
-		if t == nil {
-			t = copies.byNode[node]
-		}
-		one, err := p.validateCopy(view, src, t)
+		one, err := p.validateCopy(view, src, copies.on(node))
 		if err != nil {
 			return nil, err
 		}
@@ -240,10 +236,7 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 		}
 	}
 	for _, node := range copies.nodes() {
-		t := copies.one
-		if t == nil {
-			t = copies.byNode[node]
-		}
+		t := copies.on(node)
 		if src.Native != nil {
 			if err := p.checkNativeFiles(ctx, view, t, src.Native); err != nil {
 				return nil, err

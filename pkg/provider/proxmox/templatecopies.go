@@ -35,13 +35,19 @@ func (c templateCopies) nodes() []string {
 	return slices.Sorted(maps.Keys(c.byNode))
 }
 
-// first is the template on the first of nodes: what a caller reads that
-// every copy is expected to share (the memory a VM keeps by default).
-func (c templateCopies) first() *templateInfo {
+// on is the template held on node: the one template, or node's copy (nil
+// when it holds none).
+func (c templateCopies) on(node string) *templateInfo {
 	if c.one != nil {
 		return c.one
 	}
-	return c.byNode[c.nodes()[0]]
+	return c.byNode[node]
+}
+
+// first is the template on the first of nodes: what a caller reads that
+// every copy is expected to share (the memory a VM keeps by default).
+func (c templateCopies) first() *templateInfo {
+	return c.on(c.nodes()[0])
 }
 
 // templateCopies resolves src to its templates: the one it names, or the
@@ -184,10 +190,7 @@ func (p *Provider) cloneCandidates(view *clusterView, copies templateCopies) ([]
 // one template, else node's own copy, else a copy on shared storage; nil
 // when node has none of these.
 func (p *Provider) cloneSource(view *clusterView, copies templateCopies, node string) *templateInfo {
-	if copies.one != nil {
-		return copies.one
-	}
-	if t := copies.byNode[node]; t != nil {
+	if t := copies.on(node); t != nil {
 		return t
 	}
 	return p.sharedCopy(view, copies)
