@@ -34,6 +34,14 @@ func TestTenancyViolations(t *testing.T) {
 	lists.Bridges, lists.Storages, lists.ResourcePools = []string{"vmbr5"}, []string{"fast"}, []string{"ci"}
 	snippets := minimal
 	snippets.Snippets = []string{"local:snippets/kit.yaml", "local:snippets/team-a.yaml"}
+	tagged := hfv1.TenancyRule{Templates: []hfv1.AllowedTemplate{{Tag: "CI"}}}
+	named := hfv1.TenancyRule{Templates: []hfv1.AllowedTemplate{{Name: "debian-12-ci"}}}
+	selector := func(tags ...string) func(*hfv1.HypervisorMachineTemplate) {
+		return func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Source.Proxmox.TemplateID = nil
+			tm.Spec.Source.Proxmox.TemplateSelector = &hfv1.TemplateSelector{MatchTags: tags}
+		}
+	}
 	native := func(p *hfv1.ProxmoxCloudInit) func(*hfv1.HypervisorMachineTemplate) {
 		return func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox, Proxmox: p}
@@ -60,6 +68,14 @@ func TestTenancyViolations(t *testing.T) {
 		{"untagged through a second entry", []hfv1.TenancyRule{vlans, minimal}, nil, ""},
 		{"template by name needs a name entry", []hfv1.TenancyRule{minimal}, func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Source.Proxmox.TemplateID, tm.Spec.Source.Proxmox.TemplateName = nil, "debian"
+		}, "allowed names: none"},
+		{"selector needs a tag entry", []hfv1.TenancyRule{minimal}, selector("ci", "debian12"), "allowed tags: none"},
+		{"selector with the allowed tag", []hfv1.TenancyRule{tagged}, selector("debian12", "CI"), ""},
+		{"selector without the allowed tag", []hfv1.TenancyRule{tagged}, selector("debian12"), "matchTags debian12 include no allowed tag; allowed tags: ci"},
+		{"name entry does not allow a selector", []hfv1.TenancyRule{named}, selector("debian-12-ci"), "allowed tags: none"},
+		{"tag entry does not allow an id", []hfv1.TenancyRule{tagged}, nil, "allowed ids: none"},
+		{"tag entry does not allow a name", []hfv1.TenancyRule{tagged}, func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Source.Proxmox.TemplateID, tm.Spec.Source.Proxmox.TemplateName = nil, "ci"
 		}, "allowed names: none"},
 		{"linked clone ignores storages", []hfv1.TenancyRule{lists}, func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.Bridge = "vmbr5" }, ""},
 		{"full clone to default storage, list left out", []hfv1.TenancyRule{minimal}, func(tm *hfv1.HypervisorMachineTemplate) {

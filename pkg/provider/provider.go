@@ -317,23 +317,36 @@ type TemplateSource struct {
 }
 
 // SourceRecord is a kind's naming of a template as the signed placement
-// record holds it (pkg/ownership.Placement: the number and the name as its
-// opaque Template, TemplateRef; the others as fields of their own): a
-// number, a name, a full clone's storage and format, a pool, each meaning
-// what the kind says and empty where it has none.
+// record holds it (pkg/ownership.Placement: the number, the name and the
+// tags as its opaque Template, TemplateRef; the others as fields of their
+// own): a number, a name, tags selecting one template per node, a full
+// clone's storage and format, a pool, each meaning what the kind says and
+// empty where it has none.
 type SourceRecord struct {
 	Number                      int
 	Name, Storage, Format, Pool string
+	// Tags select the template by the tags it carries instead of a number
+	// or a name: lower-case, sorted, each at most once, made of letters,
+	// digits and _ - + . (no ',' or ':', which the reference uses).
+	Tags []string
 }
 
-// TemplateRef is the template rec names, its Number and Name as the kind
-// recorded them, in one string: the template reference of a claim's
-// placement record (pkg/ownership.Placement.Template), which stores and
-// signs it without reading it. Empty when rec names no template, the
-// number alone when it has no name, else "<number>/<name>" (a name may
-// hold "/", a number never does): each Number and Name gives one string.
+// tagsRefPrefix starts the reference of a record naming its template by
+// tags. A number never holds ':' and a "<number>/<name>" reference starts
+// with a number, so no other record gives a string with this prefix.
+const tagsRefPrefix = "tags:"
+
+// TemplateRef is the template rec names, its Number and Name or its Tags
+// as the kind recorded them, in one string: the template reference of a
+// claim's placement record (pkg/ownership.Placement.Template), which stores
+// and signs it without reading it. Empty when rec names no template,
+// "tags:<tag>,<tag>..." when it names one by tags, else the number alone
+// when it has no name, else "<number>/<name>" (a name may hold "/", a
+// number never does): each Number, Name and Tags gives one string.
 func (r SourceRecord) TemplateRef() string {
 	switch {
+	case len(r.Tags) > 0:
+		return tagsRefPrefix + strings.Join(r.Tags, ",")
 	case r.Name != "":
 		return strconv.Itoa(r.Number) + "/" + r.Name
 	case r.Number != 0:
@@ -346,9 +359,18 @@ func (r SourceRecord) TemplateRef() string {
 // TemplateRef returned; an error for any other string, so that a template
 // is read back only as it was recorded.
 func (r SourceRecord) WithTemplateRef(ref string) (SourceRecord, error) {
-	number, name, _ := strings.Cut(ref, "/")
 	out := r
-	out.Number, out.Name = 0, name
+	out.Number, out.Name, out.Tags = 0, "", nil
+	if list, ok := strings.CutPrefix(ref, tagsRefPrefix); ok {
+		tags, err := parseRefTags(list)
+		if err != nil {
+			return r, fmt.Errorf("template reference %q: %w", ref, err)
+		}
+		out.Tags = tags
+		return out, nil
+	}
+	number, name, _ := strings.Cut(ref, "/")
+	out.Name = name
 	if number != "" {
 		n, err := strconv.Atoi(number)
 		if err != nil {
@@ -360,6 +382,38 @@ func (r SourceRecord) WithTemplateRef(ref string) (SourceRecord, error) {
 		return r, fmt.Errorf("template reference %q is not one a SourceRecord gives (%q)", ref, out.TemplateRef())
 	}
 	return out, nil
+}
+
+// parseRefTags reads the tags of a "tags:" reference: at least one, each
+// a valid tag, in the order and form TemplateRef writes them (lower-case,
+// sorted, no repeats), so that one selection has one reference.
+func parseRefTags(list string) ([]string, error) {
+	tags := strings.Split(list, ",")
+	for i, t := range tags {
+		if !validRefTag(t) {
+			return nil, fmt.Errorf("tag %q is not a lower-case tag (letters, digits and _ - + .)", t)
+		}
+		if i > 0 && tags[i-1] >= t {
+			return nil, fmt.Errorf("tags are not sorted without repeats")
+		}
+	}
+	return tags, nil
+}
+
+// validRefTag reports whether t is a tag a selector may record: as the
+// API's pattern ^[a-zA-Z0-9_][-a-zA-Z0-9_+.]*$ allows, lower-cased.
+func validRefTag(t string) bool {
+	if t == "" || t[0] == '-' || t[0] == '+' || t[0] == '.' {
+		return false
+	}
+	for _, c := range t {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_', c == '-', c == '+', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // SourceSettings is what a kind's TemplateSource.Settings implement: a
@@ -419,6 +473,11 @@ type TemplateInfo struct {
 	// TPM says the template has a TPM 2.0 its clones inherit (for Proxmox
 	// a tpmstate0 of version v2.0).
 	TPM bool
+	// Nodes are, for a source selecting one template per node (for
+	// Proxmox source.proxmox.templateSelector), the nodes holding a copy,
+	// sorted; ID, Name and Node are then the first one's, every copy
+	// having been checked alike. Empty for a source naming one template.
+	Nodes []string
 }
 
 // Owner identifies who a VM belongs to. It is written into the VM's signed

@@ -129,8 +129,8 @@ func (p *Provider) validateSpec(spec *provider.VMSpec) error {
 		return bad("spec", "is nil")
 	case spec.Owner.UID == "":
 		return bad("owner.uid", "is empty; the ownership marker needs the claim's UID")
-	case templateRefOf(spec.Source).ID == 0 && templateRefOf(spec.Source).Name == "":
-		return bad(fieldTemplateID, "set templateID or templateName")
+	case templateRefOf(spec.Source).ID == 0 && templateRefOf(spec.Source).Name == "" && templateRefOf(spec.Source).Selector == "":
+		return bad(fieldTemplateID, "set templateID, templateName or templateSelector")
 	case !dnsNameRE.MatchString(spec.Name):
 		return bad("name", "%q is not a DNS name (letters, digits and '-', no underscores)", spec.Name)
 	case spec.CPUCores < 0 || spec.CPUCores > 1024:
@@ -506,13 +506,21 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 		// condition is this message for as long as the wait lasts.
 		return c.result(provider.PhaseQueued, wait, "retrying the clone at %s after: %s", retryTime(at), cause), nil
 	}
-	tmpl, err := c.p.template(ctx, c.spec.Source)
+	copies, err := c.p.templateCopies(ctx, c.spec.Source)
 	if err != nil {
 		return nil, err
 	}
 	view, err := c.p.clusterView(ctx, time.Hour)
 	if err != nil {
 		return nil, err
+	}
+	tmpl := c.p.cloneSource(view, copies, c.prog.Node)
+	if tmpl == nil {
+		// The node's copy of a selected template went away after the VM
+		// was placed there; nothing was cloned yet, so place it again.
+		c.log.Info("The node's template copy is gone; placing the VM again", "node", c.prog.Node)
+		c.p.release(c.spec.Owner.UID, vmid, false)
+		return c.place(ctx, 0)
 	}
 	storages := c.p.cloneStorageKeys(view, tmpl, c.spec, c.prog.Node)
 	if !c.p.slots.Take(vmid, c.spec.Owner, c.prog.Node, storages) {

@@ -56,6 +56,12 @@ type TemplateRef struct {
 	ID int
 	// Name is the template's name; used when ID is zero.
 	Name string
+	// Selector selects one template per node instead of ID and Name: the
+	// tags of a templateSelector's matchTags, lower-cased, sorted and
+	// joined by ',' (one string, so that a TemplateRef stays comparable as
+	// the TemplateSource holding it is compared): the templates carrying
+	// every tag, one on each node that holds a copy.
+	Selector string
 	// Storage and Format are the target of a full clone; empty means the
 	// cluster's default storage and the source format.
 	Storage string
@@ -68,12 +74,20 @@ var _ provider.SourceSettings = TemplateRef{}
 
 // Record implements provider.SourceSettings.
 func (r TemplateRef) Record() provider.SourceRecord {
-	return provider.SourceRecord{Number: r.ID, Name: r.Name, Storage: r.Storage, Format: r.Format, Pool: r.ResourcePool}
+	return provider.SourceRecord{Number: r.ID, Name: r.Name, Tags: r.selectorTags(), Storage: r.Storage, Format: r.Format, Pool: r.ResourcePool}
+}
+
+// selectorTags are the tags of r's Selector, nil without one.
+func (r TemplateRef) selectorTags() []string {
+	if r.Selector == "" {
+		return nil
+	}
+	return strings.Split(r.Selector, ",")
 }
 
 // FromRecord implements provider.SourceSettings.
 func (TemplateRef) FromRecord(rec provider.SourceRecord) provider.SourceSettings {
-	return TemplateRef{ID: rec.Number, Name: rec.Name, Storage: rec.Storage, Format: rec.Format, ResourcePool: rec.Pool}
+	return TemplateRef{ID: rec.Number, Name: rec.Name, Selector: strings.Join(rec.Tags, ","), Storage: rec.Storage, Format: rec.Format, ResourcePool: rec.Pool}
 }
 
 // templateRefOf is src's TemplateRef; zero (no template named) when its Settings
@@ -132,10 +146,10 @@ func (hypervisorKind) MovedFields(cluster *hfv1.HypervisorCluster) []provider.Mo
 }
 
 // ReadsTemplate implements provider.Kind: source.proxmox names a template
-// by id or by name.
+// by id, by name or by tags.
 func (hypervisorKind) ReadsTemplate(tmpl *hfv1.HypervisorMachineTemplate) bool {
 	src := tmpl.Spec.Source.Proxmox
-	return src.TemplateID != nil || src.TemplateName != ""
+	return src.TemplateID != nil || src.TemplateName != "" || (src.TemplateSelector != nil && len(src.TemplateSelector.MatchTags) > 0)
 }
 
 // ReadSource implements provider.Kind.
@@ -144,6 +158,9 @@ func (hypervisorKind) ReadSource(tmpl *hfv1.HypervisorMachineTemplate) provider.
 	ref := TemplateRef{Name: src.TemplateName, Storage: src.Storage, Format: string(src.Format), ResourcePool: src.Pool}
 	if src.TemplateID != nil {
 		ref.ID = int(*src.TemplateID)
+	}
+	if sel := src.TemplateSelector; sel != nil {
+		ref.Selector = strings.Join(normalizeTags(sel.MatchTags), ",")
 	}
 	out := provider.TemplateSource{Linked: src.CloneMode != hfv1.CloneModeFull, Settings: ref}
 	if p := nativeSection(tmpl); p != nil {
@@ -224,8 +241,15 @@ func (hypervisorKind) TenancyViolations(tmpl *hfv1.HypervisorMachineTemplate, cl
 }
 
 // templateViolation checks the template against the rule's allow-list,
-// whose entries name a template by id or by name.
+// whose entries name a template by id or by name, or allow every
+// template carrying a tag. A tag entry allows only a selector that asks
+// for its tag (every template the selector picks then carries it), never
+// an id or a name (which may name a template without the tag); an id or
+// name entry never allows a selector (which may pick other templates).
 func templateViolation(src *hfv1.ProxmoxSource, rule *hfv1.TenancyRule) string {
+	if sel := src.TemplateSelector; sel != nil {
+		return selectorViolation(sel, rule)
+	}
 	var ids, names []string
 	for _, t := range rule.Templates {
 		switch {
@@ -245,6 +269,24 @@ func templateViolation(src *hfv1.ProxmoxSource, rule *hfv1.TenancyRule) string {
 		return fmt.Sprintf("spec.source.proxmox.templateID %d is not allowed; allowed ids: %s", *src.TemplateID, listOrNone(ids))
 	}
 	return fmt.Sprintf("spec.source.proxmox.templateName %q is not allowed; allowed names: %s", src.TemplateName, listOrNone(names))
+}
+
+// selectorViolation checks a templateSelector against the rule's tag
+// entries, compared lower-cased as Proxmox stores tags.
+func selectorViolation(sel *hfv1.TemplateSelector, rule *hfv1.TenancyRule) string {
+	asked := normalizeTags(sel.MatchTags)
+	var tags []string
+	for _, t := range rule.Templates {
+		if t.Tag == "" {
+			continue
+		}
+		tag := strings.ToLower(t.Tag)
+		if slices.Contains(asked, tag) {
+			return ""
+		}
+		tags = append(tags, tag)
+	}
+	return fmt.Sprintf("spec.source.proxmox.templateSelector.matchTags %s include no allowed tag; allowed tags: %s", strings.Join(asked, ","), listOrNone(tags))
 }
 
 // storageViolation checks the target storage of a full clone. Linked
@@ -303,12 +345,16 @@ func listOrNone(values []string) string {
 }
 
 // DescribeTemplate implements provider.Kind: the template's VM id and
-// name.
+// name, and for a selector the nodes holding a copy.
 func (hypervisorKind) DescribeTemplate(info *provider.TemplateInfo) string {
-	if info.Name == "" {
-		return strconv.Itoa(info.ID)
+	one := strconv.Itoa(info.ID)
+	if info.Name != "" {
+		one = fmt.Sprintf("%d (%s)", info.ID, info.Name)
 	}
-	return fmt.Sprintf("%d (%s)", info.ID, info.Name)
+	if len(info.Nodes) > 0 {
+		return fmt.Sprintf("%s and its copies on nodes %s", one, strings.Join(info.Nodes, ", "))
+	}
+	return one
 }
 
 // Advice implements provider.Kind, with the qm commands and storage types

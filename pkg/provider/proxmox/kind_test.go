@@ -1,6 +1,7 @@
 package proxmox
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -19,11 +20,27 @@ func TestKindReadsItsSource(t *testing.T) {
 	tmpl.Spec.Source.Proxmox = hfv1.ProxmoxSource{TemplateID: ptr(int32(9000)), CloneMode: hfv1.CloneModeFull, Storage: "ceph", Format: "qcow2", Pool: "ci"}
 	src := Kind.ReadSource(tmpl)
 	want := TemplateRef{ID: 9000, Storage: "ceph", Format: "qcow2", ResourcePool: "ci"}
-	if !Kind.ReadsTemplate(tmpl) || src.Linked || src.Settings != want {
+	if !Kind.ReadsTemplate(tmpl) || src.Linked || !reflect.DeepEqual(src.Settings, want) {
 		t.Fatalf("ReadSource = %+v, want a full clone of %+v", src, want)
 	}
-	if back := provider.SourceFromRecord(TemplateRef{}, provider.RecordSource(src)); back != want {
+	if back := provider.SourceFromRecord(TemplateRef{}, provider.RecordSource(src)); !reflect.DeepEqual(back, want) {
 		t.Fatalf("the placement record rebuilds %+v, want %+v", back, want)
+	}
+	// A selector: its tags lower-cased, sorted, once each, and its
+	// record's template reference names them.
+	tmpl.Spec.Source.Proxmox = hfv1.ProxmoxSource{TemplateSelector: &hfv1.TemplateSelector{MatchTags: []string{"Debian12", "ci", "CI"}}, CloneMode: hfv1.CloneModeLinked}
+	src = Kind.ReadSource(tmpl)
+	want = TemplateRef{Selector: "ci,debian12"}
+	if !Kind.ReadsTemplate(tmpl) || !src.Linked || !reflect.DeepEqual(src.Settings, want) {
+		t.Fatalf("ReadSource = %+v, want a linked clone of %+v", src, want)
+	}
+	rec := provider.RecordSource(src)
+	if ref := rec.TemplateRef(); ref != "tags:ci,debian12" {
+		t.Fatalf("template reference %q, want tags:ci,debian12", ref)
+	}
+	back, err := provider.SourceRecord{}.WithTemplateRef(rec.TemplateRef())
+	if err != nil || !reflect.DeepEqual(provider.SourceFromRecord(TemplateRef{}, back), want) {
+		t.Fatalf("the placement record rebuilds %+v (%v), want %+v", back, err, want)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -292,18 +291,20 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 		return placement{vmid: r.vmid, node: r.node}, nil
 	}
 	p.mu.Unlock()
-	tmpl, err := p.template(ctx, spec.Source)
+	copies, err := p.templateCopies(ctx, spec.Source)
 	if err != nil {
 		return placement{}, err
 	}
-	if err := p.checkSpecHardware(ctx, tmpl, spec.Hardware); err != nil {
-		return placement{}, err
+	for _, node := range copies.nodes() {
+		if err := p.checkSpecHardware(ctx, copies.on(node), spec.Hardware); err != nil {
+			return placement{}, err
+		}
 	}
 	view, err := p.clusterView(ctx, viewTTL)
 	if err != nil {
 		return placement{}, err
 	}
-	mem := memoryHint(spec, tmpl)
+	mem := memoryHint(spec, copies.first())
 	if exclude != 0 {
 		// Its slot goes before p.mu is taken (the slots have their own
 		// lock): the id stays reserved until it is blocked below, so no
@@ -323,10 +324,11 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 	if err := p.checkMaxMachinesLocked(view, spec.Owner); err != nil {
 		return placement{}, err
 	}
-	node, err := p.chooseNodeLocked(view, tmpl, spec, mem)
+	node, err := p.chooseNodeLocked(view, copies, spec, mem)
 	if err != nil {
 		return placement{}, err
 	}
+	tmpl := p.cloneSource(view, copies, node)
 	vmid, err := p.allocateLocked(view)
 	if err != nil {
 		return placement{}, err
@@ -402,20 +404,12 @@ func (p *Provider) wakeAtCap() {
 }
 
 // chooseNodeLocked picks the allowed online node with the most free memory
-// (minus reservations) that can receive a clone of tmpl and holds the ISO
-// storage.
-func (p *Provider) chooseNodeLocked(view *clusterView, tmpl *templateInfo, spec *provider.VMSpec, mem int64) (string, error) {
-	candidates := []string{tmpl.node}
-	if p.crossNodeClone(view, tmpl, spec) {
-		candidates = candidates[:0]
-		for name := range view.nodes {
-			candidates = append(candidates, name)
-		}
-		sort.Strings(candidates)
-	}
+// (minus reservations) that can receive a clone of copies (each node
+// judged with the template it clones from) and holds the ISO storage.
+func (p *Provider) chooseNodeLocked(view *clusterView, copies templateCopies, spec *provider.VMSpec, mem int64) (string, error) {
+	candidates, why := p.cloneCandidates(view, copies)
 	reserved := p.reservedMemoryLocked()
 	best, bestFree := "", int64(-1)
-	var why []string
 	for _, name := range candidates {
 		n, ok := view.nodes[name]
 		switch {
@@ -435,7 +429,7 @@ func (p *Provider) chooseNodeLocked(view *clusterView, tmpl *templateInfo, spec 
 			why = append(why, fmt.Sprintf("%s: %d MiB free", name, free>>20))
 			continue
 		}
-		if short := p.storageShortLocked(view, name, tmpl, spec, mem); short != "" {
+		if short := p.storageShortLocked(view, name, p.cloneSource(view, copies, name), spec, mem); short != "" {
 			why = append(why, name+": "+short)
 			continue
 		}
@@ -446,7 +440,7 @@ func (p *Provider) chooseNodeLocked(view *clusterView, tmpl *templateInfo, spec 
 	if best != "" {
 		return best, nil
 	}
-	if len(candidates) == 1 && !p.crossNodeClone(view, tmpl, spec) && !p.allowed(tmpl.node) {
+	if tmpl := copies.one; tmpl != nil && len(candidates) == 1 && !p.crossNodeClone(view, tmpl) && !p.allowed(tmpl.node) {
 		return "", provider.Errorf(provider.ClassConfiguration, "TemplateNodeNotAllowed",
 			"template %d is on node %s, which is not in the cluster's nodes, and its disks are on local storage: add the node or move the template to shared storage", tmpl.id, tmpl.node)
 	}
@@ -593,15 +587,14 @@ func (p *Provider) availableStorageLocked(online map[string]bool, stores []resou
 }
 
 // crossNodeClone reports whether clones may target any node: only when
-// every volume the clone writes lives on shared storage.
-func (p *Provider) crossNodeClone(view *clusterView, tmpl *templateInfo, spec *provider.VMSpec) bool {
-	target := p.fullCloneStorage(spec)
+// every volume of the template lives on shared storage. Proxmox decides
+// by the source's volumes whatever a full clone's target storage
+// (qemu-server's clone_vm: "can't clone VM to node '$target' (VM uses
+// local storage)" when check_storage_access_clone finds one volume of
+// the template on a storage that is not shared).
+func (p *Provider) crossNodeClone(view *clusterView, tmpl *templateInfo) bool {
 	for _, d := range tmpl.disks {
-		sid := d.storage
-		if !spec.Source.Linked && target != "" {
-			sid = target
-		}
-		st, ok := view.storages[tmpl.node][sid]
+		st, ok := view.storages[tmpl.node][d.storage]
 		if !ok || st.Shared != 1 {
 			return false
 		}
@@ -658,12 +651,16 @@ func (p *Provider) allocateLocked(view *clusterView) (int, error) {
 // under load). Empty, holding nothing, when the template or the
 // cluster's view cannot be read (the clone request then finds out).
 func (p *Provider) holdCloneSlot(ctx context.Context, spec *provider.VMSpec, node string, vmid int) string {
-	tmpl, err := p.template(ctx, spec.Source)
+	copies, err := p.templateCopies(ctx, spec.Source)
 	if err != nil {
 		return ""
 	}
 	view, err := p.clusterView(ctx, time.Hour)
 	if err != nil {
+		return ""
+	}
+	tmpl := p.cloneSource(view, copies, node)
+	if tmpl == nil {
 		return ""
 	}
 	if !p.slots.Hold(vmid, node, p.cloneStorageKeys(view, tmpl, spec, node)) {

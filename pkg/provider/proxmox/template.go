@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,6 +50,7 @@ type templateDisk struct {
 const (
 	fieldTemplateID   = "spec.source.proxmox.templateID"
 	fieldTemplateName = "spec.source.proxmox.templateName"
+	fieldSelector     = "spec.source.proxmox.templateSelector.matchTags"
 	fieldCloneMode    = "spec.source.proxmox.cloneMode"
 	fieldStorage      = "spec.source.proxmox.storage"
 	fieldFormat       = "spec.source.proxmox.format"
@@ -108,6 +110,12 @@ func (p *Provider) template(ctx context.Context, src provider.TemplateSource) (*
 		}
 		return nil, configErr("NotATemplate", field, "VM %d is not a template; convert it (qm template %d) or name a template", id, id)
 	}
+	return p.keepTemplate(id, node, cfg), nil
+}
+
+// keepTemplate is the template VM id on node whose config is cfg, kept in
+// the cache.
+func (p *Provider) keepTemplate(id int, node string, cfg vmConfig) *templateInfo {
 	t := &templateInfo{id: id, name: cfg["name"], node: node, agent: agentOn(cfg["agent"]), tpm: cfg.tpmVersion(), tags: cfg.tags(), at: p.clock.Now(),
 		cpu: cfg["cpu"], drives: cfg.drives()}
 	for _, k := range cfg.disks() {
@@ -131,7 +139,7 @@ func (p *Provider) template(ctx context.Context, src provider.TemplateSource) (*
 	p.mu.Lock()
 	p.templates[id] = t
 	p.mu.Unlock()
-	return t, nil
+	return t
 }
 
 func agentOn(v string) bool {
@@ -153,7 +161,7 @@ func findTemplate(view *clusterView, src provider.TemplateSource) (int, string, 
 		return ref.ID, r.Node, nil
 	}
 	if ref.Name == "" {
-		return 0, "", configErr("TemplateNotSet", fieldTemplateID, "set templateID or templateName")
+		return 0, "", configErr("TemplateNotSet", fieldTemplateID, "set templateID, templateName or templateSelector")
 	}
 	var ids []int
 	for id, r := range view.vms {
@@ -183,13 +191,16 @@ func linkedCloneOK(typ, format string) bool {
 	return false
 }
 
-// ValidateTemplate implements provider.Provider.
+// ValidateTemplate implements provider.Provider. Under a templateSelector
+// every node's copy is checked as one template is, and the result names
+// the nodes holding one (TemplateInfo.Nodes).
 func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSource) (*provider.TemplateInfo, error) {
 	ref := templateRefOf(src)
 	// Always read the template afresh: the user may just have fixed it.
 	p.mu.Lock()
 	for id, t := range p.templates {
-		if id == ref.ID || (ref.ID == 0 && t.name == ref.Name) {
+		selected := ref.Selector != "" && hasTags(t.tags, ref.selectorTags())
+		if selected || id == ref.ID || (ref.ID == 0 && ref.Selector == "" && t.name == ref.Name) {
 			delete(p.templates, id)
 		}
 	}
@@ -198,10 +209,80 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 	if err != nil {
 		return nil, err
 	}
-	t, err := p.template(ctx, src)
+	copies, err := p.templateCopies(ctx, src)
 	if err != nil {
 		return nil, err
 	}
+	var info *provider.TemplateInfo
+	for _, node := range copies.nodes() {
+		one, err := p.validateCopy(view, src, copies.on(node))
+		if err != nil {
+			return nil, err
+		}
+		info = mergeCopyInfo(info, one)
+	}
+	if copies.one == nil {
+		info.Nodes = copies.nodes()
+	}
+	if ref.ResourcePool != "" {
+		var pools []struct {
+			PoolID string `json:"poolid"`
+		}
+		if err := p.api.call(ctx, http.MethodGet, "/pools", nil, nil, &pools); err != nil {
+			return nil, err
+		}
+		found := false
+		for _, pl := range pools {
+			found = found || pl.PoolID == ref.ResourcePool
+		}
+		if !found {
+			return nil, configErr("PoolNotFound", fieldPool, "resource pool %q does not exist, or the operator's token lacks Pool.Audit on /pool/%s to see it; create it with pveum pool add %s, or grant the privilege: %s",
+				ref.ResourcePool, ref.ResourcePool, ref.ResourcePool, privileges.Fix("Pool.Audit"))
+		}
+	}
+	for _, node := range copies.nodes() {
+		t := copies.on(node)
+		if err := p.checkTemplateHardware(ctx, view, t, src); err != nil {
+			return nil, err
+		}
+		if src.Native != nil {
+			if err := p.checkNativeFiles(ctx, view, t, src.Native); err != nil {
+				return nil, err
+			}
+		}
+		if !t.agent {
+			p.log.Info("Template has no QEMU guest agent; VMs will never report addresses", "template", t.id)
+		}
+	}
+	return info, nil
+}
+
+// mergeCopyInfo adds what ValidateTemplate learned of one more copy of a
+// selected template to what it learned of the others (nil before the
+// first): the first copy names the template, a property holds only when
+// it holds for every copy, and the storages and disk size are every
+// copy's.
+func mergeCopyInfo(info, one *provider.TemplateInfo) *provider.TemplateInfo {
+	if info == nil {
+		return one
+	}
+	info.LinkedCloneSupported = info.LinkedCloneSupported && one.LinkedCloneSupported
+	info.GuestFiles = info.GuestFiles && one.GuestFiles
+	info.TPM = info.TPM && one.TPM
+	info.DiskBytes = max(info.DiskBytes, one.DiskBytes)
+	for _, s := range one.Storages {
+		if !slices.Contains(info.Storages, s) {
+			info.Storages = append(info.Storages, s)
+		}
+	}
+	return info
+}
+
+// validateCopy checks one template (one copy of a selected template)
+// against src on its own node: the install's tag, its storages and clone
+// mode, a full clone's target, its TPM.
+func (p *Provider) validateCopy(view *clusterView, src provider.TemplateSource, t *templateInfo) (*provider.TemplateInfo, error) {
+	ref := templateRefOf(src)
 	if p.signer.HasOperatorTag(t.tags) {
 		return nil, configErr("TemplateTagged", fieldTemplateID,
 			"template %d carries this install's tag %q; remove the tag (clones of it would look already configured)", t.id, p.signer.OperatorTag())
@@ -267,33 +348,6 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 	}
 	if err := checkTemplateTPM(t, src.TPM); err != nil {
 		return nil, err
-	}
-	if err := p.checkTemplateHardware(ctx, view, t, src); err != nil {
-		return nil, err
-	}
-	if ref.ResourcePool != "" {
-		var pools []struct {
-			PoolID string `json:"poolid"`
-		}
-		if err := p.api.call(ctx, http.MethodGet, "/pools", nil, nil, &pools); err != nil {
-			return nil, err
-		}
-		found := false
-		for _, pl := range pools {
-			found = found || pl.PoolID == ref.ResourcePool
-		}
-		if !found {
-			return nil, configErr("PoolNotFound", fieldPool, "resource pool %q does not exist, or the operator's token lacks Pool.Audit on /pool/%s to see it; create it with pveum pool add %s, or grant the privilege: %s",
-				ref.ResourcePool, ref.ResourcePool, ref.ResourcePool, privileges.Fix("Pool.Audit"))
-		}
-	}
-	if src.Native != nil {
-		if err := p.checkNativeFiles(ctx, view, t, src.Native); err != nil {
-			return nil, err
-		}
-	}
-	if !t.agent {
-		p.log.Info("Template has no QEMU guest agent; VMs will never report addresses", "template", t.id)
 	}
 	return info, nil
 }

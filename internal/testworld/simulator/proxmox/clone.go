@@ -99,11 +99,10 @@ func (s *Simulator) handleClone(q *apiRequest) (any, error) {
 		if !p.full && !d.isCloudInit() && k != tpmKey && (!src.isTemplate() || !st.supportsLinkedClone(vol.format)) {
 			return nil, serverError("Linked clone feature is not supported for '%s' (%s)", d.file, k)
 		}
-		tst := st
-		if p.full && p.storage != "" {
-			tst = s.storages[p.storage]
-		}
-		if p.target != src.node && !tst.shared {
+		// Whether the VM may go to another node is the source volumes'
+		// to decide, whatever a full clone's target storage (qemu-server's
+		// check_storage_access_clone, src/PVE/API2/Qemu.pm).
+		if p.target != src.node && !st.shared {
 			return nil, serverError("can't clone VM to node '%s' (VM uses local storage)", p.target)
 		}
 	}
