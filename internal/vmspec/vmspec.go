@@ -105,6 +105,7 @@ func Source(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluste
 		out = kind.ReadSource(tmpl)
 	}
 	out.TPM = TPM(tmpl)
+	out.Hardware = Hardware(tmpl, cluster)
 	return out
 }
 

@@ -301,6 +301,11 @@ type TemplateSource struct {
 	// with Add false ValidateTemplate refuses a template that has no TPM
 	// 2.0 of its own. EnsureVM ignores it.
 	TPM *VMTPM
+	// Hardware, when set, is what the template's VMs get beyond the
+	// template (VMSpec.Hardware): ValidateTemplate checks that the
+	// hypervisor has what it names, such as the device mappings. EnsureVM
+	// ignores it.
+	Hardware *Hardware
 	// Settings is the hypervisor kind's own naming of the template and of
 	// its clones' place (for Proxmox a proxmox.TemplateRef: the template's
 	// VM id or name, a full clone's storage and format, a resource pool),

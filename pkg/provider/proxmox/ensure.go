@@ -717,6 +717,7 @@ func (c *ensureCall) configure(ctx context.Context, v *verified) (*provider.Ensu
 		return nil, fmt.Errorf("configure VM %d: %w", c.prog.VMID, err)
 	}
 	c.log.V(1).Info("Configured VM")
+	c.p.noteDevices(c.prog.VMID, c.prog.Node, specDevices(c.spec), true)
 	// The config read before the update is current for the disk: the
 	// update does not touch it.
 	if key, size := v.cfg.bootDisk(); key != "" && c.spec.DiskBytes > size {
@@ -788,6 +789,7 @@ func (c *ensureCall) configBody(v *verified) (map[string]any, error) {
 	if err := c.tpmConfig(body, v.cfg); err != nil {
 		return nil, err
 	}
+	c.deviceConfig(body, v.cfg)
 	if c.spec.Native != nil {
 		if err := nativeConfig(body, c.spec.Native, v.cfg); err != nil {
 			return nil, err

@@ -263,6 +263,11 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 	if err := checkTemplateTPM(t, src.TPM); err != nil {
 		return nil, err
 	}
+	if src.Hardware != nil {
+		if err := p.checkMappings(ctx, src.Hardware.Devices); err != nil {
+			return nil, err
+		}
+	}
 	if ref.ResourcePool != "" {
 		var pools []struct {
 			PoolID string `json:"poolid"`
