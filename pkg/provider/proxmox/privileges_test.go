@@ -76,6 +76,17 @@ func featureSets() []featureSet {
 		{name: "isolation", spec: func(_ *testing.T, s *provider.VMSpec) {
 			s.Isolation = isolationSpec(s.Name, s.Owner.UID).Isolation
 		}, sim: func(_ *testing.T, e *env, _ *provider.VMSpec) { e.p.cfg.Isolated = true }, use: sweepIsolation},
+		// spec.hardware.devices: a device of a PCI resource mapping,
+		// looked up by ValidateTemplate and placement, written as
+		// hostpci0 and taken at the start.
+		{name: "devices", spec: func(_ *testing.T, s *provider.VMSpec) {
+			s.Hardware = &provider.Hardware{Devices: []string{"gpu"}}
+			s.Source.Hardware = s.Hardware
+		}, sim: func(t *testing.T, e *env, _ *provider.VMSpec) {
+			if err := e.sim.SetPCIMapping(proxmoxsim.PCIMapping{ID: "gpu", Devices: []proxmoxsim.PCIDevice{{Node: "pve1", Path: "0000:01:00.0"}}}); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	}
 }
 
