@@ -109,6 +109,21 @@ func TestDevicePlacement(t *testing.T) {
 	checkDevicesUnshared(t, e.sim)
 }
 
+// TestDeviceStandbyRefused: a VM with a device cannot be suspended to
+// disk, so a standby VM asking one is refused before any call.
+func TestDeviceStandbyRefused(t *testing.T) {
+	e := newDeviceEnv(t, map[string]map[string]int{"gpu": {"pve1": 1}})
+	s := deviceSpec(1, "gpu")
+	s.SuspendsToDisk = true
+	_, err := e.p.EnsureVM(context.Background(), s, provider.Progress{})
+	if provider.Classify(err) != provider.ClassConfiguration || !strings.Contains(err.Error(), "spec.hardware.devices") {
+		t.Fatalf("EnsureVM of a standby VM with a device: %v", err)
+	}
+	if n := e.nonTemplateVMs(); n != 0 {
+		t.Fatalf("%d VMs built", n)
+	}
+}
+
 // TestDeviceConfigPCIe: pcie=1 only on a q35 template.
 func TestDeviceConfigPCIe(t *testing.T) {
 	for _, machine := range []string{"", "q35"} {

@@ -145,6 +145,12 @@ func (p *Provider) validateSpec(spec *provider.VMSpec) error {
 		return bad("spec.network.macAddress", "%q is not a MAC address", spec.Network.MACAddress)
 	case len(spec.Description) > 4096:
 		return bad("description", "is %d characters; Proxmox keeps 8192 including the ownership block, keep it under 4096", len(spec.Description))
+	case len(specDevices(spec)) > maxHostPCI:
+		return bad(fieldDevices, "%d devices; a Proxmox VM has at most %d (hostpci0-hostpci15)", len(specDevices(spec)), maxHostPCI)
+	case spec.SuspendsToDisk && len(specDevices(spec)) > 0:
+		// qemu-server's vm_suspend: "cannot suspend VM to disk due to
+		// passed-through PCI device(s)".
+		return bad(fieldDevices, "a standby VM is suspended to disk, which Proxmox refuses for a VM with passed-through PCI devices; take the standby tier off the RunnerPool or the devices off the template")
 	}
 	for _, t := range spec.Tags {
 		if !tagRE.MatchString(strings.ToLower(t)) {
