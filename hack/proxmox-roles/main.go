@@ -86,6 +86,7 @@ var features = map[string]string{
 	"standby":          "The standby tier (`spec.standby` of a RunnerPool): VMs suspended to disk and resumed for a job",
 	"isolation":        "Network isolation (`spec.network.isolation` of the HypervisorCluster): each policy a security group, each VM its firewall options, rule and ipfilter IPSet",
 	"hardware":         "`spec.hardware` of a template: the VM's CPU model and flags (VM.Config.CPU) and extra disks (VM.Config.Disk, Datastore.AllocateSpace on their storage), which base's role holds already",
+	"devices":          "PCI/GPU passthrough (`spec.hardware.devices` of a template): the PCI resource mappings listed, each VM's hostpciN written with its mapping (Mapping.Use on `/mapping/pci/<id>`, or `/mapping/pci` for every mapping)",
 }
 
 func (d rolesDoc) validate() error {
@@ -192,7 +193,8 @@ var ruleDocs = map[privileges.Rule]string{
 		"`ipconfig<n>`/`ciuser`/`sshkeys`/`nameserver`/`searchdomain`/`cicustom`/`citype`/`ciupgrade` VM.Config.Cloudinit or VM.Config.Network; " +
 		"per drive, old and new value (check_drive_perms): a cloud-init drive VM.Config.Cloudinit and VM.Config.CDROM, a CD-ROM VM.Config.CDROM, a disk VM.Config.Disk; " +
 		"a new disk `<storage>:<size>` Datastore.AllocateSpace on `/storage/<storage>`; an ISO volume Datastore.AllocateSpace or Datastore.Audit on its storage (check_volume_access); " +
-		"deleting `vmstate` VM.Config.Disk and VM.PowerMgmt, and Datastore.AllocateSpace on the saved state's storage when the VM owns it (try_deallocate_drive)",
+		"deleting `vmstate` VM.Config.Disk and VM.PowerMgmt, and Datastore.AllocateSpace on the saved state's storage when the VM owns it (try_deallocate_drive); " +
+		"`hostpci<n>` `mapping=<id>`, old and new value (check_hostpci_perm): Mapping.Use on `/mapping/pci/<id>` and VM.Config.HWType",
 	privileges.RuleClone: "Datastore.AllocateSpace on `/storage/<storage>` of each of the source's disks, or on the `storage` parameter (check_storage_access_clone); " +
 		"SDN.Use on each of the source's bridges (check_bridge_access)",
 	privileges.RuleResize:        "Datastore.AllocateSpace on the disk's storage",

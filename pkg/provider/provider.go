@@ -304,8 +304,8 @@ type TemplateSource struct {
 	// Hardware, when set, is the hardware the template's VMs get
 	// (VMSpec.Hardware): ValidateTemplate refuses what the hypervisor
 	// would not give them (a CPU model or flag its version lacks, an
-	// extra disk's storage missing), so that no VM is cloned for it.
-	// EnsureVM ignores it.
+	// extra disk's storage missing, a device mapping it does not have),
+	// so that no VM is cloned for it. EnsureVM ignores it.
 	Hardware *Hardware
 	// Settings is the hypervisor kind's own naming of the template and of
 	// its clones' place (for Proxmox a proxmox.TemplateRef: the template's

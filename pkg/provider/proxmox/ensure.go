@@ -145,6 +145,12 @@ func (p *Provider) validateSpec(spec *provider.VMSpec) error {
 		return bad("spec.network.macAddress", "%q is not a MAC address", spec.Network.MACAddress)
 	case len(spec.Description) > 4096:
 		return bad("description", "is %d characters; Proxmox keeps 8192 including the ownership block, keep it under 4096", len(spec.Description))
+	case len(specDevices(spec)) > maxHostPCI:
+		return bad(fieldDevices, "%d devices; a Proxmox VM has at most %d (hostpci0-hostpci15)", len(specDevices(spec)), maxHostPCI)
+	case spec.SuspendsToDisk && len(specDevices(spec)) > 0:
+		// qemu-server's vm_suspend: "cannot suspend VM to disk due to
+		// passed-through PCI device(s)".
+		return bad(fieldDevices, "a standby VM is suspended to disk, which Proxmox refuses for a VM with passed-through PCI devices; take the standby tier off the RunnerPool or the devices off the template")
 	}
 	for _, t := range spec.Tags {
 		if !tagRE.MatchString(strings.ToLower(t)) {
@@ -731,6 +737,7 @@ func (c *ensureCall) configure(ctx context.Context, v *verified) (*provider.Ensu
 		return nil, fmt.Errorf("configure VM %d: %w", c.prog.VMID, err)
 	}
 	c.log.V(1).Info("Configured VM")
+	c.p.noteDevices(c.prog.VMID, c.prog.Node, specDevices(c.spec), true)
 	// The config read before the update is current for the disk: the
 	// update does not touch it.
 	if key, size := v.cfg.bootDisk(); key != "" && c.spec.DiskBytes > size {
@@ -807,6 +814,7 @@ func (c *ensureCall) configBody(v *verified) (map[string]any, error) {
 	if err := c.tpmConfig(body, v.cfg); err != nil {
 		return nil, err
 	}
+	c.deviceConfig(body, v.cfg)
 	if c.spec.Native != nil {
 		if err := nativeConfig(body, c.spec.Native, v.cfg); err != nil {
 			return nil, err

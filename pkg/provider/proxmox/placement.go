@@ -94,6 +94,7 @@ func (p *Provider) noteFreed(vmid int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.freed[vmid] = p.clock.Now()
+	delete(p.devices.held, vmid)
 }
 
 // inUseLocked reports whether a listing shows vmid, unless the id was
@@ -118,6 +119,9 @@ type reservation struct {
 	disk     int64
 	diskKeys []string
 	touch    time.Time
+	// devices are the mappings the VM takes a device of (devices.go),
+	// counted on node until its devices are learned.
+	devices []string
 	// unsent: this process placed the VM and has sent no clone request
 	// for it yet, so nothing can exist at its id that is the owner's, and
 	// EnsureVM clones without reading the id back first (a VM someone
@@ -208,7 +212,7 @@ func (p *Provider) adopt(spec *provider.VMSpec, prog progress) {
 		return
 	}
 	p.reserveLocked(&reservation{owner: spec.Owner.UID, vmid: prog.VMID, node: prog.Node,
-		memory: memoryHint(spec, nil), touch: p.clock.Now()})
+		memory: memoryHint(spec, nil), devices: specDevices(spec), touch: p.clock.Now()})
 }
 
 // unsentClone reports whether this process placed owner's VM at vmid and
@@ -304,6 +308,9 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 	if err != nil {
 		return placement{}, err
 	}
+	if err := p.readDevices(ctx, view, spec); err != nil {
+		return placement{}, err
+	}
 	mem := memoryHint(spec, copies.first())
 	if exclude != 0 {
 		// Its slot goes before p.mu is taken (the slots have their own
@@ -333,7 +340,7 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 	if err != nil {
 		return placement{}, err
 	}
-	r := &reservation{owner: spec.Owner.UID, vmid: vmid, node: node, memory: mem, touch: p.clock.Now(), unsent: true}
+	r := &reservation{owner: spec.Owner.UID, vmid: vmid, node: node, memory: mem, devices: specDevices(spec), touch: p.clock.Now(), unsent: true}
 	if !spec.Source.Linked {
 		r.disk = diskNeed(spec, tmpl)
 		for _, sid := range p.vmDiskStorages(tmpl, spec) {
@@ -430,6 +437,10 @@ func (p *Provider) chooseNodeLocked(view *clusterView, copies templateCopies, sp
 			continue
 		}
 		if short := p.storageShortLocked(view, name, p.cloneSource(view, copies, name), spec, mem); short != "" {
+			why = append(why, name+": "+short)
+			continue
+		}
+		if short := p.devicesShortLocked(name, spec); short != "" {
 			why = append(why, name+": "+short)
 			continue
 		}

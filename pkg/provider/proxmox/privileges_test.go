@@ -82,6 +82,17 @@ func featureSets() []featureSet {
 			s.Hardware = &provider.Hardware{CPUType: "host", NestedVirtualization: true, ExtraDisks: []provider.Disk{{Bytes: 1 << 30, Storage: "local-lvm"}}}
 			s.Source.Hardware = s.Hardware
 		}},
+		// spec.hardware.devices: a device of a PCI resource mapping,
+		// looked up by ValidateTemplate and placement, written as
+		// hostpci0 and taken at the start.
+		{name: "devices", spec: func(_ *testing.T, s *provider.VMSpec) {
+			s.Hardware = &provider.Hardware{Devices: []string{"gpu"}}
+			s.Source.Hardware = s.Hardware
+		}, sim: func(t *testing.T, e *env, _ *provider.VMSpec) {
+			if err := e.sim.SetPCIMapping(proxmoxsim.PCIMapping{ID: "gpu", Devices: []proxmoxsim.PCIDevice{{Node: "pve1", Path: "0000:01:00.0"}}}); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	}
 }
 

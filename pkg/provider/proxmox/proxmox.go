@@ -153,6 +153,9 @@ type Provider struct {
 	// clones placed but not yet running: the storage's usage does not
 	// show them until their copy is written.
 	reservedDisk map[string]int64
+	// devices are the PCI mappings and the devices this install's VMs
+	// hold (devices.go).
+	devices deviceState
 	// swept is when expired reservations were last dropped.
 	swept time.Time
 	// blocked are VM ids found taken by VMs this install does not own.

@@ -224,6 +224,11 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 	if copies.one == nil {
 		info.Nodes = copies.nodes()
 	}
+	if src.Hardware != nil {
+		if err := p.checkMappings(ctx, src.Hardware.Devices); err != nil {
+			return nil, err
+		}
+	}
 	if ref.ResourcePool != "" {
 		var pools []struct {
 			PoolID string `json:"poolid"`

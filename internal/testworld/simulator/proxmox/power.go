@@ -82,8 +82,12 @@ func (s *Simulator) startLocked(v *vm, skiplock bool, t *task, at time.Time) err
 	if v.running {
 		return fmt.Errorf("VM %d already running", v.vmid)
 	}
+	if err := s.claimPCIDevicesLocked(v); err != nil {
+		return err
+	}
 	n := s.nodes[v.node]
 	if s.memUsedLocked(n)+v.memoryBytes() > n.memTotal {
+		v.pciDevices = nil
 		return fmt.Errorf("start failed: QEMU exited with code 1")
 	}
 	if cloudInitDriveKey(v) != "" {
@@ -164,6 +168,7 @@ func (s *Simulator) powerOffLocked(v *vm) {
 		return
 	}
 	v.running, v.agentUp, v.pid, v.paused, v.saved = false, false, 0, false, nil
+	v.pciDevices = nil
 	v.guestFiles = nil
 	v.bootGen++
 	if s.guest != nil {

@@ -75,6 +75,8 @@ type Simulator struct {
 	fw        *fwState
 	fwApplied string
 	fwErr     error
+	// pciMaps are the PCI resource mappings by id (mapping.go).
+	pciMaps map[string]PCIMapping
 	// callLog receives every checked call (WithCallLog); nil: none.
 	callLog func(CallRecord)
 }
@@ -566,6 +568,7 @@ func apiRoutes() []*route {
 		newRoute(http.MethodGet, "/nodes/{node}/status", classStatus, sch(nodeP), (*Simulator).handleNodeStatus),
 		newRoute(http.MethodGet, "/cluster/status", classOther, sch(), (*Simulator).handleClusterStatus),
 		newRoute(http.MethodGet, "/cluster/resources", classResources, resourcesSchema, (*Simulator).handleResources),
+		newRoute(http.MethodGet, "/cluster/mapping/pci", classOther, sch(param{name: "check-node", kind: kString, optional: true}), (*Simulator).handleMappingPCI),
 		newRoute(http.MethodGet, "/cluster/nextid", classNextID, sch(optional(vmidP)), (*Simulator).handleNextID),
 		newRoute(http.MethodGet, "/pools", classOther, sch(optional(poolIDP), poolType), (*Simulator).handlePools),
 		newRoute(http.MethodPost, "/pools", classOther, sch(poolIDP, param{name: "comment", kind: kString, optional: true, maxLen: 128}), (*Simulator).handleCreatePool),

@@ -97,6 +97,7 @@ func vmConfigSchema() *schema {
 		{re: regexp.MustCompile(`^` + tpmKey + `$`), p: param{kind: kString, optional: true, format: verifyTPMState}},
 		{re: driveKeyRE, p: param{kind: kString, optional: true, format: verifyDrive}},
 		{re: netKeyRE, p: param{kind: kString, optional: true, format: verifyNet}},
+		{re: hostpciRE, p: param{kind: kString, optional: true, format: verifyHostPCI}},
 		{re: ipcfgKeyRE, p: param{kind: kString, optional: true, format: verifyIPConfig}},
 		{re: unusedRE, p: param{kind: kString, optional: true}},
 		{re: serialRE, p: param{kind: kString, optional: true, pattern: regexp.MustCompile(`^(/dev/.+|socket)$`)}},

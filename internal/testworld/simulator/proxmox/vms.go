@@ -37,6 +37,9 @@ type vm struct {
 	// saved is what a suspend to disk kept of the guest beside the memory
 	// image on its state volume (suspend.go); nil unless suspended.
 	saved *savedGuest
+	// pciDevices are the PCI addresses the running VM holds on its node
+	// (claimPCIDevicesLocked); a stop frees them.
+	pciDevices []string
 }
 
 func (v *vm) isTemplate() bool { return v.conf["template"] == "1" }

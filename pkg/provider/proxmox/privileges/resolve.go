@@ -280,10 +280,35 @@ func configNeeds(c Call) []Need {
 		}
 		out = append(out, Need{Path: vmPath, Privs: drivePrivs(c.Params[k])})
 	}
+	for _, k := range keys {
+		if strings.TrimRight(k, "0123456789") == "hostpci" {
+			if old := c.Config[k]; old != "" {
+				out = append(out, hostpciNeeds(vmPath, old)...)
+			}
+			out = append(out, hostpciNeeds(vmPath, c.Params[k])...)
+		}
+	}
 	if _, ok := c.Params["tags"]; ok {
 		out = append(out, Need{Path: vmPath, Privs: []string{"VM.Config.Options"}})
 	}
 	return out
+}
+
+// hostpciNeeds is Qemu.pm's check_hostpci_perm for one hostpciN value:
+// a mapped device needs Mapping.Use on its mapping and VM.Config.HWType
+// on the VM. A raw host device is root@pam's alone ("only root can set
+// ... for non-mapped devices"), which no privilege grants: HyperFleet
+// never sends one.
+func hostpciNeeds(vmPath, value string) []Need {
+	for _, part := range strings.Split(value, ",") {
+		if k, v, _ := strings.Cut(part, "="); k == "mapping" {
+			return []Need{
+				{Path: "/mapping/pci/" + v, Privs: []string{"Mapping.Use"}},
+				{Path: vmPath, Privs: []string{"VM.Config.HWType"}},
+			}
+		}
+	}
+	return nil
 }
 
 // storageAccess is Qemu.pm's check_storage_access for one drive value: a

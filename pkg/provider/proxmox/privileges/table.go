@@ -59,6 +59,7 @@ var known = map[Version][]string{
 func common() []string {
 	return []string{
 		"Datastore.Allocate", "Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit",
+		"Mapping.Audit", "Mapping.Modify", "Mapping.Use",
 		"Pool.Allocate", "Pool.Audit", "SDN.Allocate", "SDN.Audit", "SDN.Use", "Sys.Audit", "Sys.Console", "Sys.Modify",
 		"Sys.PowerMgmt", "User.Modify", "Permissions.Modify",
 		"VM.Allocate", "VM.Audit", "VM.Backup", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU",
@@ -104,7 +105,8 @@ const (
 	// RuleConfig is update_vm(_async) in qemu-server's Qemu.pm:
 	// check_vm_modify_config_perm per option, check_drive_perms per drive
 	// (old and new value), check_storage_access for new disks and ISO
-	// volumes, check_bridge_access per net (SDN.Use), and
+	// volumes, check_bridge_access per net (SDN.Use), check_hostpci_perm
+	// per hostpciN (Mapping.Use on its mapping, VM.Config.HWType) and
 	// assert_tag_permissions (VM.Config.Options) for tags.
 	RuleConfig Rule = "config"
 	// RuleClone is clone_vm's check_storage_access_clone (Datastore.AllocateSpace
@@ -189,6 +191,11 @@ var Table = []Endpoint{
 			{Item: "storage", Check: Check{Path: "/storage/{storage}", Privs: []string{"Datastore.Audit"}}},
 			{Item: "node", Check: Check{Path: "/nodes/{node}", Privs: []string{"Sys.Audit"}}},
 		}},
+	// pve-manager PVE/API2/Cluster/Mapping/PCI.pm index.
+	{Method: "GET", Path: "/cluster/mapping/pci", Source: "pve-manager PVE/API2/Cluster/Mapping/PCI.pm index",
+		Note: "user => 'all'; lists only mappings with Mapping.Modify, Mapping.Use or Mapping.Audit on /mapping/pci/{id}",
+		Filters: []Filter{{Item: "mapping", Check: Check{Path: "/mapping/pci/{id}",
+			Privs: []string{"Mapping.Modify", "Mapping.Use", "Mapping.Audit"}, Any: true}}}},
 	// pve-manager PVE/API2/Cluster.pm nextid.
 	{Method: "GET", Path: "/cluster/nextid", Source: "pve-manager PVE/API2/Cluster.pm nextid"},
 	// pve-manager PVE/API2/Pool.pm index.
