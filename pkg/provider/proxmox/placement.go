@@ -114,11 +114,13 @@ type reservation struct {
 	vmid   int
 	node   string
 	memory int64
-	// disk is the space a full clone is promised on each storage of
-	// diskKeys (storageKey); zero for linked clones.
-	disk     int64
-	diskKeys []string
-	touch    time.Time
+	// disks is the space promised on each storage (by storageKey): a
+	// full clone's disk, and the extra disks of spec.hardware (a linked
+	// clone's own disk is thin and promised nothing). Extra disks are
+	// promised too, so that VMs placed at once do not overfill a storage
+	// each fits alone.
+	disks map[string]int64
+	touch time.Time
 	// devices are the mappings the VM takes a device of (devices.go),
 	// counted on node until its devices are learned.
 	devices []string
@@ -165,8 +167,8 @@ func (p *Provider) reserveLocked(r *reservation) {
 	p.reservations[r.owner] = r
 	p.reservedIDs[r.vmid] = r.owner
 	p.reservedMem[r.node] += r.memory
-	for _, k := range r.diskKeys {
-		p.reservedDisk[k] += r.disk
+	for k, n := range r.disks {
+		p.reservedDisk[k] += n
 	}
 }
 
@@ -188,12 +190,12 @@ func (p *Provider) freeMemoryLocked(r *reservation) {
 		delete(p.reservedMem, r.node)
 	}
 	r.memory = 0
-	for _, k := range r.diskKeys {
-		if p.reservedDisk[k] -= r.disk; p.reservedDisk[k] <= 0 {
+	for k, n := range r.disks {
+		if p.reservedDisk[k] -= n; p.reservedDisk[k] <= 0 {
 			delete(p.reservedDisk, k)
 		}
 	}
-	r.disk, r.diskKeys = 0, nil
+	r.disks = nil
 }
 
 // adopt re-creates the reservation of a VM this process did not place (after
@@ -341,11 +343,14 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 		return placement{}, err
 	}
 	r := &reservation{owner: spec.Owner.UID, vmid: vmid, node: node, memory: mem, devices: specDevices(spec), touch: p.clock.Now(), unsent: true}
+	r.disks = map[string]int64{}
 	if !spec.Source.Linked {
-		r.disk = diskNeed(spec, tmpl)
 		for _, sid := range p.vmDiskStorages(tmpl, spec) {
-			r.diskKeys = append(r.diskKeys, storageKey(view, node, sid))
+			r.disks[storageKey(view, node, sid)] += diskNeed(spec, tmpl)
 		}
+	}
+	for sid, n := range p.extraDiskNeed(tmpl, spec) {
+		r.disks[storageKey(view, node, sid)] += n
 	}
 	p.reserveLocked(r)
 	return placement{vmid: vmid, node: node}, nil
