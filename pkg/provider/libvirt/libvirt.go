@@ -172,6 +172,10 @@ type ClusterSettings struct {
 	// FullCopies makes every clone a full copy of the template's disk
 	// instead of a qcow2 overlay on it.
 	FullCopies bool
+	// Devices are the host PCI devices VMs may ask for by mapping
+	// (provider.Hardware.Devices), each passed through to one VM at a
+	// time (devices.go).
+	Devices []Device
 	// SSHPrivateKey (PEM) authenticates qemu+ssh hosts; SSHKnownHosts
 	// (known_hosts lines) verifies their host keys and is required with
 	// it.
@@ -296,6 +300,9 @@ type reservation struct {
 	vmid   int
 	host   string
 	memory int64
+	// devices are the PCI addresses of the host's devices the VM is to
+	// get (devices.go).
+	devices []string
 	// diskWritten: this process took the VM's disk as written (disk.go).
 	diskWritten bool
 }
@@ -326,6 +333,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	}
 	s := *settings
 	s.Hosts = slices.Clone(settings.Hosts)
+	s.Devices = slices.Clone(settings.Devices)
 	if s.MediaPool == "" {
 		s.MediaPool = s.VolumePool
 	}
@@ -379,6 +387,9 @@ func checkSettings(cfg provider.ClusterConfig, s *ClusterSettings) error {
 	}
 	if s.VolumePool == "" {
 		return bad("volumePool", "a storage pool for the VMs' disks is required")
+	}
+	if err := checkDevices(s.Devices, s.Hosts); err != nil {
+		return bad("devices", "%v", err)
 	}
 	if cfg.VMIDStart < 1 || cfg.VMIDEnd < cfg.VMIDStart {
 		return provider.Errorf(provider.ClassConfiguration, "InvalidVMIDRange",
