@@ -43,18 +43,21 @@
 //
 //   - Placed: a VM id and a host reserved in-process (memory from
 //     NodeGetFreeMemory minus the host's reservation and minus memory
-//     promised to VMs this process is creating; MaxMachines).
+//     promised to VMs this process is creating; MaxMachines), with a free
+//     device of each mapping the VM's hardware asks for (devices.go).
 //   - Queued: no clone slot on the host (ClonesPerNode) or its pool
 //     (ClonesPerStorage), or the id is held
 //     by a clone this Progress does not claim.
 //   - Cloning: the domain is defined from the template's XML (new name,
-//     UUID, MAC, the marker, its disk pointing at the overlay to be), then
+//     UUID, MAC, the marker, its disk pointing at the overlay to be, the
+//     VM's hardware: CPU, host devices, extra disks; hardware.go), then
 //     the disk is created: a qcow2 overlay whose backing store is the
 //     template's volume (StorageVolCreateXML), or a full copy
 //     (StorageVolCreateXMLFrom, run in the background: it takes as long as
 //     the copy). A clone holds its host's slot until the owner's next call
 //     sees its disk; the queued owners a slot is then free for are woken
 //     (Deps.Wake), first come first served (pkg/provider/cloneslots).
+//     The extra disks are created next, one a call.
 //   - Configuring: the NoCloud ISO is created and uploaded as a volume of
 //     the media pool (StorageVolCreateXML and StorageVolUpload), then the
 //     domain is defined again with its memory, cores, MAC, network, tags,
