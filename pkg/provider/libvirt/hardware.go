@@ -31,6 +31,9 @@ type hostCPU struct {
 	// models are the named models of its custom CPU mode; nil when not
 	// read (no model asked for).
 	models []string
+	// blockers are, by model the host's CPU cannot run as it is, the
+	// features it lacks for it (none known: an empty list).
+	blockers map[string][]string
 }
 
 // wantsCPU says whether hw sets anything on the CPU.
@@ -77,9 +80,17 @@ func (p *Provider) readHostCPU(h *host, x *libvirtxml.Domain, hw *provider.Hardw
 				out.vendor = m.Vendor
 			case "custom":
 				if custom {
-					out.models = []string{}
+					out.models, out.blockers = []string{}, map[string][]string{}
 					for _, model := range m.Models {
 						out.models = append(out.models, model.Name)
+						if model.Usable == "no" {
+							out.blockers[model.Name] = []string{}
+						}
+					}
+					for _, b := range m.Blockers {
+						for _, f := range b.Features {
+							out.blockers[b.Model] = append(out.blockers[b.Model], f.Name)
+						}
 					}
 				}
 			}
@@ -133,6 +144,9 @@ func applyCPU(d *libvirtxml.Domain, hw *provider.Hardware, hc hostCPU) error {
 		if hc.models != nil && !slices.Contains(hc.models, hw.CPUType) {
 			return cpuRefusal(hc.host, "CPU type %q is not a CPU model libvirt offers there (virsh domcapabilities lists them)", hw.CPUType)
 		}
+		if err := checkUsable(hc, hw); err != nil {
+			return err
+		}
 		cpu.Mode, cpu.Match, cpu.Check = "custom", "exact", ""
 		cpu.Model = &libvirtxml.DomainCPUModel{Value: hw.CPUType, Fallback: "forbid"}
 	case cpu.Mode != "host-passthrough" && cpu.Mode != "host-model" && (cpu.Model == nil || cpu.Model.Value == ""):
@@ -153,6 +167,29 @@ func applyCPU(d *libvirtxml.Domain, hw *provider.Hardware, hc hostCPU) error {
 		setFeature(cpu, f[1:], policy)
 	}
 	d.CPU = cpu
+	return nil
+}
+
+// checkUsable refuses a model the host's CPU cannot run (libvirt lists
+// it usable='no'), unless the flags disable every feature it lacks: such
+// a domain is defined, but never starts.
+func checkUsable(hc hostCPU, hw *provider.Hardware) error {
+	blockers, unusable := hc.blockers[hw.CPUType]
+	if !unusable {
+		return nil
+	}
+	var missing []string
+	for _, f := range blockers {
+		if !slices.Contains(hw.CPUFlags, "-"+f) {
+			missing = append(missing, f)
+		}
+	}
+	switch {
+	case len(blockers) == 0:
+		return cpuRefusal(hc.host, "CPU type %q is a model its CPU cannot run", hw.CPUType)
+	case len(missing) > 0:
+		return cpuRefusal(hc.host, "CPU type %q needs features its CPU lacks: %s (disable them with cpuFlags -name, or choose another model)", hw.CPUType, strings.Join(missing, ", "))
+	}
 	return nil
 }
 

@@ -14,8 +14,8 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
-// hardwareDomain reads back VM id's inactive definition.
-func (w *world) hardwareDomain(t *testing.T, id provider.ID) *libvirtxml.Domain {
+// inactiveDomain reads back VM id's inactive definition.
+func (w *world) inactiveDomain(t *testing.T, id provider.ID) *libvirtxml.Domain {
 	t.Helper()
 	doc, err := w.conn.DomainGetXMLDesc(w.domainOf(t, id), golibvirt.DomainXMLInactive)
 	if err != nil {
@@ -49,7 +49,7 @@ func TestHardwareDefined(t *testing.T) {
 	spec.Hardware = &provider.Hardware{CPUType: "qemu64", CPUFlags: []string{"+aes", "-hypervisor"}, NestedVirtualization: true,
 		Devices: []string{"gpu"}, ExtraDisks: []provider.Disk{{Bytes: 96 << 20}}}
 	prog := configured(t, p, spec) // defined, not started: no guest boots
-	x := w.hardwareDomain(t, prog.ID)
+	x := w.inactiveDomain(t, prog.ID)
 	cpu := x.CPU
 	if cpu == nil || cpu.Mode != "custom" || cpu.Match != "exact" || cpu.Model == nil || cpu.Model.Value != "qemu64" {
 		t.Errorf("CPU read back: %+v", cpu)
@@ -110,7 +110,7 @@ func TestHardwareDefined(t *testing.T) {
 	p.forget(second.Owner)
 	second.Hardware = &provider.Hardware{CPUType: "host", CPUFlags: []string{"-pdpe1gb"}}
 	prog2 = configured(t, p, second)
-	if cpu := w.hardwareDomain(t, prog2.ID).CPU; cpu == nil || cpu.Mode != "host-passthrough" ||
+	if cpu := w.inactiveDomain(t, prog2.ID).CPU; cpu == nil || cpu.Mode != "host-passthrough" ||
 		!slices.Contains(cpu.Features, libvirtxml.DomainCPUFeature{Policy: "disable", Name: "pdpe1gb"}) {
 		t.Errorf("passed-through CPU read back: %+v", cpu)
 	}

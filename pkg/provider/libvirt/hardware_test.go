@@ -51,6 +51,15 @@ func TestApplyCPU(t *testing.T) {
 			host: hostCPU{host: "arm1", vendor: "ARM", models: []string{"EPYC"}}, reason: reasonCPUTypeUnsupported, want: []string{"arm1", "ARM"}},
 		{name: "flags on a passed-through CPU", hw: provider.Hardware{CPUType: "host", CPUFlags: []string{"-svm"}}, host: amd,
 			want: []string{`mode="host-passthrough"`, `<feature policy="disable" name="svm">`}},
+		{name: "an unusable model is refused", hw: provider.Hardware{CPUType: "Skylake-Client", CPUFlags: []string{"-hle"}},
+			host: hostCPU{host: "kvm2", vendor: "AMD", models: []string{"Skylake-Client"}, blockers: map[string][]string{"Skylake-Client": {"hle", "rtm"}}},
+			reason: reasonCPUTypeUnsupported, want: []string{"kvm2", "rtm"}},
+		{name: "a model usable once its blockers are disabled", hw: provider.Hardware{CPUType: "Skylake-Client", CPUFlags: []string{"-hle", "-rtm"}},
+			host: hostCPU{host: "kvm2", vendor: "AMD", models: []string{"Skylake-Client"}, blockers: map[string][]string{"Skylake-Client": {"hle", "rtm"}}},
+			want: []string{">Skylake-Client<", `<feature policy="disable" name="rtm">`}},
+		{name: "a model unusable for no listed reason is refused", hw: provider.Hardware{CPUType: "EPYC"},
+			host: hostCPU{host: "kvm1", vendor: "Intel", models: []string{"EPYC"}, blockers: map[string][]string{"EPYC": {}}},
+			reason: reasonCPUTypeUnsupported, want: []string{"kvm1", "cannot run"}},
 		{name: "flags alone need a model", hw: provider.Hardware{CPUFlags: []string{"+aes"}}, host: intel, reason: reasonCPUTypeUnsupported,
 			want: []string{"kvm1", "+aes"}},
 		{name: "flags alone on a host-model template", cpu: &libvirtxml.DomainCPU{Mode: "host-model"}, hw: provider.Hardware{CPUFlags: []string{"+pcid"}}, host: intel,
@@ -78,20 +87,26 @@ func TestApplyCPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, w := range c.want {
-				if !strings.Contains(doc, w) {
-					t.Errorf("XML lacks %s:\n%s", w, doc)
-				}
-			}
-			for _, a := range c.absent {
-				if strings.Contains(doc, a) {
-					t.Errorf("XML holds %s:\n%s", a, doc)
-				}
-			}
+			xmlHolds(t, doc, c.want, c.absent)
 			if c.cpu != nil && len(c.cpu.Features) > 0 && c.cpu.Features[0].Policy != "require" {
 				t.Error("applyCPU wrote into the template's CPU")
 			}
 		})
+	}
+}
+
+// xmlHolds checks that doc holds each of want and none of absent.
+func xmlHolds(t *testing.T, doc string, want, absent []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(doc, w) {
+			t.Errorf("XML lacks %s:\n%s", w, doc)
+		}
+	}
+	for _, a := range absent {
+		if strings.Contains(doc, a) {
+			t.Errorf("XML holds %s:\n%s", a, doc)
+		}
 	}
 }
 
@@ -118,12 +133,8 @@ func TestHostdevXML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{`<hostdev mode="subsystem" type="pci" managed="yes">`, `<source>`,
-		`<address domain="0x0000" bus="0x65" slot="0x00" function="0x1">`} {
-		if !strings.Contains(doc, w) {
-			t.Errorf("XML lacks %s:\n%s", w, doc)
-		}
-	}
+	xmlHolds(t, doc, []string{`<hostdev mode="subsystem" type="pci" managed="yes">`, `<source>`,
+		`<address domain="0x0000" bus="0x65" slot="0x00" function="0x1">`}, nil)
 	back, err := parseDomain(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -286,12 +297,8 @@ func TestExtraDisks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{`<source pool="vms" volume="` + disks[0].volume + `">`, `<target dev="vdc" bus="virtio">`, `<driver name="qemu" type="raw">`,
-		`<source pool="lvm" volume="` + disks[1].volume + `">`, `<target dev="vdd" bus="virtio">`} {
-		if !strings.Contains(doc, w) {
-			t.Errorf("XML lacks %s:\n%s", w, doc)
-		}
-	}
+	xmlHolds(t, doc, []string{`<source pool="vms" volume="` + disks[0].volume + `">`, `<target dev="vdc" bus="virtio">`, `<driver name="qemu" type="raw">`,
+		`<source pool="lvm" volume="` + disks[1].volume + `">`, `<target dev="vdd" bus="virtio">`}, nil)
 	x, err := parseDomain(doc)
 	if err != nil {
 		t.Fatal(err)
