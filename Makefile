@@ -405,7 +405,7 @@ test-release: ## Run make release with a key the test generates and check every 
 # tests, which mostly wait.
 LIBVIRT_TIMEOUT ?= 30m
 test-libvirt: test-deps ## Run the libvirt provider's contract suite against a real libvirtd and real guests under TCG.
-	go test -tags libvirtcontract -count=1 -timeout $(LIBVIRT_TIMEOUT) -v -run '^(TestContract|TestIsolationFilter|TestIsolationEnforced|TestSuspendedVMAcrossRestartAndDisown)$$' ./pkg/provider/libvirt/
+	go test -tags libvirtcontract -count=1 -timeout $(LIBVIRT_TIMEOUT) -v -run '^(TestContract|TestIsolationFilter|TestIsolationEnforced|TestSuspendedVMAcrossRestartAndDisown|TestHardwareDefined)$$' ./pkg/provider/libvirt/
 
 .PHONY: test-spire
 # The SPIRE tests mostly wait for agents to attest and sync, so they run in

@@ -16,7 +16,7 @@ import (
 // DeleteVM implements provider.Provider, one write per call while the
 // domain exists and verifies: stop it, delete its managed save image when
 // it is suspended (the guest's memory), delete its cloud-init ISO, delete
-// its disk, then undefine it with its NVRAM and TPM state (and a managed
+// its extra disks, its disk, then undefine it with its NVRAM and TPM state (and a managed
 // save image made since). The volumes go before the domain, while its
 // marker still proves they are the owner's: once the domain is gone its
 // VM id, and with it the names of its volumes, may be taken by another
@@ -83,6 +83,9 @@ func (p *Provider) deleteStep(d *domain, owner provider.Owner) (string, error) {
 		if deleted {
 			return opDeleteISO, nil
 		}
+	}
+	if deleted, err := p.deleteExtraDisk(l, d); err != nil || deleted {
+		return opDeleteExtraDisk, err
 	}
 	poolName, volName := p.diskOf(d)
 	pool, err := l.StoragePoolLookupByName(poolName)

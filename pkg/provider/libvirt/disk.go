@@ -22,8 +22,17 @@ func (p *Provider) diskPool(spec *provider.VMSpec) string {
 // diskOf is the pool and volume of the VM's own disk, as its definition
 // names them.
 func (p *Provider) diskOf(d *domain) (pool, volume string) {
-	if disk, err := bootDisk(d.xml); err == nil && disk.Source != nil && disk.Source.Volume != nil {
-		return disk.Source.Volume.Pool, disk.Source.Volume.Volume
+	if d.xml.Devices != nil {
+		// Its first disk that is not an extra disk (hardware.go): the
+		// template had one, and its clone keeps it first.
+		for _, disk := range d.xml.Devices.Disks {
+			if disk.Device != "" && disk.Device != "disk" || disk.Source == nil || disk.Source.Volume == nil {
+				continue
+			}
+			if p.extraDiskNumber(d.meta.ID, disk.Source.Volume.Volume) == 0 {
+				return disk.Source.Volume.Pool, disk.Source.Volume.Volume
+			}
+		}
 	}
 	return p.settings.VolumePool, p.diskName(d.meta.ID)
 }

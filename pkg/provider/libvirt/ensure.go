@@ -24,6 +24,9 @@ const (
 	opStart     = "start"
 	opEject     = "eject-cloud-init"
 	opDeleteISO = "delete-cloud-init"
+	opExtraDisk = "create-extra-disk"
+	// opDeleteExtraDisk deletes an extra disk of a VM being deleted.
+	opDeleteExtraDisk = "delete-extra-disk"
 )
 
 // Pace of the calls a result asks for: a libvirt write is done when it
@@ -135,6 +138,16 @@ func (p *Provider) clone(spec *provider.VMSpec, ref *TemplateRef, vmid int, prev
 		p.releaseSlot(vmid)
 		return nil, err
 	}
+	if err := p.applyHardware(h, spec, vmid, x); err != nil {
+		p.releaseSlot(vmid)
+		if provider.Classify(err) == provider.ClassResource {
+			// Its devices were taken while this process was away (a
+			// restart forgot the placement): place again.
+			p.forget(o)
+			return p.place(spec, ref, memory)
+		}
+		return nil, err
+	}
 	if err := h.redefine(x); err != nil {
 		p.releaseSlot(vmid)
 		if provider.ReasonOf(err) == "AlreadyExists" {
@@ -161,6 +174,11 @@ func (p *Provider) step(ctx context.Context, spec *provider.VMSpec, ref *Templat
 		return res, err
 	}
 	if !p.signer.HasOperatorTag(d.meta.Tags) {
+		// The extra disks exist before the configuration: a configured
+		// VM is one whose volumes are all there.
+		if done, err := p.ensureExtraDisks(spec, d, res); err != nil || !done {
+			return res, err
+		}
 		return p.configure(ctx, spec, d, res)
 	}
 	if !d.running() {

@@ -43,8 +43,8 @@ func (hypervisorKind) New(cfg provider.ClusterConfig, deps provider.Deps) (provi
 	return Factory.New(cfg, deps)
 }
 
-// ReadCluster sets the hosts, pools, network and copy mode of
-// spec.libvirt, and the machine-number block. A VM whose template names no
+// ReadCluster sets the hosts, pools, network, copy mode and device
+// mappings of spec.libvirt, and the machine-number block. A VM whose template names no
 // bridge joins the cluster's spec.defaultBridge (a host bridge; the shared
 // code fills it into the VM's spec), else spec.libvirt.network, else keeps
 // the template domain's interface. The ssh Secrets are filled in by
@@ -61,6 +61,9 @@ func (hypervisorKind) ReadCluster(cluster *hfv1.HypervisorCluster, cfg *provider
 			host.ReservedMemoryBytes = h.ReservedMemory.Value()
 		}
 		s.Hosts = append(s.Hosts, host)
+	}
+	for _, d := range l.Devices {
+		s.Devices = append(s.Devices, Device{Mapping: d.Name, Host: d.Host, Address: d.Address})
 	}
 	cfg.Settings = s
 	cfg.VMIDStart, cfg.VMIDEnd = firstMachineNumber, lastMachineNumber

@@ -21,6 +21,7 @@ func libvirtCluster() *hfv1.HypervisorCluster {
 			{Name: "kvm2", URI: "qemu+ssh://hf@kvm2.example.com/system"},
 		},
 		VolumePool: "vms", MediaPool: "seeds", Network: "ci", FullCopies: true,
+		Devices: []hfv1.LibvirtDevice{{Name: "gpu", Host: "kvm2", Address: "0000:01:00.0"}},
 		SSH: &hfv1.LibvirtSSH{
 			PrivateKeyRef: hfv1.SecretKeySelector{Namespace: "hf", Name: "kvm-ssh", Key: "id_ed25519"},
 			KnownHostsRef: hfv1.SecretKeySelector{Namespace: "hf", Name: "kvm-ssh", Key: "known_hosts"},
@@ -55,6 +56,7 @@ func TestKindReadsItsCluster(t *testing.T) {
 			{Name: "kvm2", URI: "qemu+ssh://hf@kvm2.example.com/system"},
 		},
 		VolumePool: "vms", MediaPool: "seeds", Network: "ci", FullCopies: true,
+		Devices:       []Device{{Mapping: "gpu", Host: "kvm2", Address: "0000:01:00.0"}},
 		SSHPrivateKey: []byte("KEY"), SSHKnownHosts: []byte("HOSTS"),
 	}
 	if !reflect.DeepEqual(cfg.Settings, want) {
@@ -84,6 +86,13 @@ func TestKindBuildsProviders(t *testing.T) {
 	c.Spec.Libvirt.Hosts = []hfv1.LibvirtHost{{Name: "local", URI: "qemu:///system?socket=/run/libvirt/libvirt-sock"}}
 	c.Spec.Libvirt.SSH = nil
 	cfg := provider.ClusterConfig{Name: c.Name}
+	if err := Kind.ReadCluster(c, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Kind.New(cfg, provider.Deps{Signer: testSigner(t)}); provider.ReasonOf(err) != "InvalidSettings" || !strings.Contains(err.Error(), "spec.libvirt.devices") {
+		t.Fatalf("New with a device on a host the cluster lacks = %v, want InvalidSettings naming spec.libvirt.devices", err)
+	}
+	c.Spec.Libvirt.Devices[0].Host = "local"
 	if err := Kind.ReadCluster(c, &cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -43,18 +43,21 @@
 //
 //   - Placed: a VM id and a host reserved in-process (memory from
 //     NodeGetFreeMemory minus the host's reservation and minus memory
-//     promised to VMs this process is creating; MaxMachines).
+//     promised to VMs this process is creating; MaxMachines), with a free
+//     device of each mapping the VM's hardware asks for (devices.go).
 //   - Queued: no clone slot on the host (ClonesPerNode) or its pool
 //     (ClonesPerStorage), or the id is held
 //     by a clone this Progress does not claim.
 //   - Cloning: the domain is defined from the template's XML (new name,
-//     UUID, MAC, the marker, its disk pointing at the overlay to be), then
+//     UUID, MAC, the marker, its disk pointing at the overlay to be, the
+//     VM's hardware: CPU, host devices, extra disks; hardware.go), then
 //     the disk is created: a qcow2 overlay whose backing store is the
 //     template's volume (StorageVolCreateXML), or a full copy
 //     (StorageVolCreateXMLFrom, run in the background: it takes as long as
 //     the copy). A clone holds its host's slot until the owner's next call
 //     sees its disk; the queued owners a slot is then free for are woken
 //     (Deps.Wake), first come first served (pkg/provider/cloneslots).
+//     The extra disks are created next, one a call.
 //   - Configuring: the NoCloud ISO is created and uploaded as a volume of
 //     the media pool (StorageVolCreateXML and StorageVolUpload), then the
 //     domain is defined again with its memory, cores, MAC, network, tags,
@@ -172,6 +175,10 @@ type ClusterSettings struct {
 	// FullCopies makes every clone a full copy of the template's disk
 	// instead of a qcow2 overlay on it.
 	FullCopies bool
+	// Devices are the host PCI devices VMs may ask for by mapping
+	// (provider.Hardware.Devices), each passed through to one VM at a
+	// time (devices.go).
+	Devices []Device
 	// SSHPrivateKey (PEM) authenticates qemu+ssh hosts; SSHKnownHosts
 	// (known_hosts lines) verifies their host keys and is required with
 	// it.
@@ -296,6 +303,9 @@ type reservation struct {
 	vmid   int
 	host   string
 	memory int64
+	// devices are the PCI addresses of the host's devices the VM is to
+	// get (devices.go).
+	devices []string
 	// diskWritten: this process took the VM's disk as written (disk.go).
 	diskWritten bool
 }
@@ -326,6 +336,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	}
 	s := *settings
 	s.Hosts = slices.Clone(settings.Hosts)
+	s.Devices = slices.Clone(settings.Devices)
 	if s.MediaPool == "" {
 		s.MediaPool = s.VolumePool
 	}
@@ -379,6 +390,9 @@ func checkSettings(cfg provider.ClusterConfig, s *ClusterSettings) error {
 	}
 	if s.VolumePool == "" {
 		return bad("volumePool", "a storage pool for the VMs' disks is required")
+	}
+	if err := checkDevices(s.Devices, s.Hosts); err != nil {
+		return bad("devices", "%v", err)
 	}
 	if cfg.VMIDStart < 1 || cfg.VMIDEnd < cfg.VMIDStart {
 		return provider.Errorf(provider.ClassConfiguration, "InvalidVMIDRange",

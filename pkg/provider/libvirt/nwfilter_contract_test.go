@@ -106,14 +106,7 @@ func TestIsolationFilter(t *testing.T) {
 
 	name := p.filterName(iso)
 	for _, id := range []provider.ID{progFirst.ID, progSecond.ID} {
-		doc, err := w.conn.DomainGetXMLDesc(w.domainOf(t, id), golibvirt.DomainXMLInactive)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x, err := parseDomain(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		x := w.inactiveDomain(t, id)
 		ref := x.Devices.Interfaces[0].FilterRef
 		if ref == nil || ref.Filter != name || len(ref.Parameters) != 1 || ref.Parameters[0].Name != "CTRL_IP_LEARNING" || ref.Parameters[0].Value != "dhcp" {
 			t.Errorf("VM %s: interface filterref %+v, want %s learning from DHCP", id, ref, name)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -32,13 +33,16 @@ type clusterScan struct {
 	machines map[int]bool
 	// unreachable names hosts that did not answer, with why.
 	unreachable map[string]error
+	// devices are the PCI addresses the domains of each host pass
+	// through, by host name.
+	devices map[string]map[string]bool
 }
 
 // scan reads every allowed host: its memory, whether it holds the
 // template (tmpl names its domain; empty skips the check) and its domains.
 // Hosts that do not answer are left out, so placement skips them.
 func (p *Provider) scan(tmpl *TemplateRef) *clusterScan {
-	s := &clusterScan{used: map[int]bool{}, machines: map[int]bool{}, unreachable: map[string]error{}}
+	s := &clusterScan{used: map[int]bool{}, machines: map[int]bool{}, unreachable: map[string]error{}, devices: map[string]map[string]bool{}}
 	for _, h := range p.hosts {
 		doms, err := h.list()
 		if err == nil && p.allowed(h.Name) {
@@ -52,12 +56,17 @@ func (p *Provider) scan(tmpl *TemplateRef) *clusterScan {
 			s.unreachable[h.Name] = err
 			p.log.V(1).Info("Host skipped by placement", "host", h.Name, "error", err.Error())
 		}
+		xmls := make([]*libvirtxml.Domain, 0, len(doms))
 		for _, d := range doms {
 			s.used[d.number()] = true
 			if sum := p.summary(d); sum.OperatorTagged || sum.InstallNamed {
 				s.machines[d.number()] = true
 			}
+			xmls = append(xmls, d.xml)
 		}
+		// Every domain's devices count, not only this install's: a
+		// device is passed through to one guest at a time.
+		s.devices[h.Name] = heldDevices(xmls)
 	}
 	return s
 }
@@ -138,9 +147,13 @@ func (p *Provider) place(spec *provider.VMSpec, tmpl *TemplateRef, memory int64)
 	r := p.reservations[o.UID]
 	p.mu.Unlock()
 	if r == nil {
+		want := wantedDevices(spec)
+		if err := p.checkMappings(want); err != nil {
+			return nil, err
+		}
 		s := p.scan(tmpl)
 		var err error
-		if r, err = p.reserve(s, o, memory); err != nil {
+		if r, err = p.reserve(s, o, memory, want); err != nil {
 			return nil, err
 		}
 	}
@@ -153,10 +166,11 @@ func (p *Provider) place(spec *provider.VMSpec, tmpl *TemplateRef, memory int64)
 	return res, nil
 }
 
-// reserve chooses a host and an id from s and records them for o, under
-// the lock so that concurrent placements of this process never share an
-// id or overbook a host.
-func (p *Provider) reserve(s *clusterScan, o provider.Owner, memory int64) (*reservation, error) {
+// reserve chooses a host, an id and the devices of the mappings of want
+// from s and records them for o, under the lock so that concurrent
+// placements of this process never share an id or a device or overbook a
+// host.
+func (p *Provider) reserve(s *clusterScan, o provider.Owner, memory int64, want []string) (*reservation, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if r := p.reservations[o.UID]; r != nil {
@@ -182,7 +196,13 @@ func (p *Provider) reserve(s *clusterScan, o provider.Owner, memory int64) (*res
 		return nil, provider.Errorf(provider.ClassTransient, "Unreachable",
 			"no allowed libvirt host of cluster %q answers%s: %w", p.cfg.Name, unreachableNote(s.unreachable), provider.ErrUnreachable)
 	}
-	name, ok := chooseHost(s.hosts, reservedMem, memory)
+	hosts, picks := p.hostsWithDevices(s, o, want)
+	if len(hosts) == 0 && len(s.hosts) > 0 {
+		return nil, provider.Errorf(provider.ClassResource, "InsufficientCapacity",
+			"no allowed reachable host of cluster %q that holds the template has a free device of each mapping %s for %s/%s (spec.libvirt.devices; each device goes to one VM at a time)%s: %w",
+			p.cfg.Name, strings.Join(want, ", "), o.Namespace, o.Name, unreachableNote(s.unreachable), provider.ErrNoCapacity)
+	}
+	name, ok := chooseHost(hosts, reservedMem, memory)
 	if !ok {
 		return nil, provider.Errorf(provider.ClassResource, "InsufficientCapacity",
 			"no allowed reachable host of cluster %q that holds the template has %d bytes of memory free for %s/%s%s: %w",
@@ -193,9 +213,36 @@ func (p *Provider) reserve(s *clusterScan, o provider.Owner, memory int64) (*res
 		return nil, provider.Errorf(provider.ClassResource, "VMIDRangeExhausted",
 			"cluster %q: VM ids %d-%d are all in use: %w", p.cfg.Name, p.cfg.VMIDStart, p.cfg.VMIDEnd, provider.ErrIDRangeExhausted)
 	}
-	r := &reservation{vmid: vmid, host: name, memory: memory}
+	r := &reservation{vmid: vmid, host: name, memory: memory, devices: picks[name]}
 	p.reservations[o.UID] = r
 	return r, nil
+}
+
+// hostsWithDevices are the hosts of s that hold the template and have a
+// free device of each mapping of want, with the devices each would give:
+// free of the host's domains and of this process's placements in flight.
+// p.mu is held.
+func (p *Provider) hostsWithDevices(s *clusterScan, o provider.Owner, want []string) ([]hostState, map[string][]string) {
+	if len(want) == 0 {
+		return s.hosts, nil
+	}
+	var out []hostState
+	picks := map[string][]string{}
+	for _, h := range s.hosts {
+		if !h.template {
+			continue
+		}
+		held := maps.Clone(s.devices[h.name])
+		if held == nil {
+			held = map[string]bool{}
+		}
+		maps.Copy(held, p.reservedDevicesLocked(h.name, o.UID))
+		if addrs, ok := pickDevices(p.settings.Devices, h.name, want, held); ok {
+			out = append(out, h)
+			picks[h.name] = addrs
+		}
+	}
+	return out, picks
 }
 
 func unreachableNote(unreachable map[string]error) string {

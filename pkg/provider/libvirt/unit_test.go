@@ -130,22 +130,22 @@ func TestReserve(t *testing.T) {
 	s := &clusterScan{hosts: []hostState{{name: "h1", availableBytes: 4 << 30, template: true}}, used: map[int]bool{100: true},
 		machines: map[int]bool{100: true}}
 	o1 := provider.Owner{UID: "u1"}
-	r, err := p.reserve(s, o1, 1<<30)
+	r, err := p.reserve(s, o1, 1<<30, nil)
 	if err != nil || r.vmid != 101 || r.host != "h1" {
 		t.Fatalf("reserve: %+v, %v; want id 101 on h1", r, err)
 	}
-	if again, _ := p.reserve(s, o1, 1<<30); again != r {
+	if again, _ := p.reserve(s, o1, 1<<30, nil); again != r {
 		t.Errorf("a second reservation for the same owner: %+v", again)
 	}
 	if got := p.reservedOn("h1"); got != 1<<30 {
 		t.Errorf("reserved on h1: %d", got)
 	}
-	_, err = p.reserve(s, provider.Owner{UID: "u2"}, 1<<30)
+	_, err = p.reserve(s, provider.Owner{UID: "u2"}, 1<<30, nil)
 	if provider.ReasonOf(err) != "MaxMachinesReached" || provider.Classify(err) != provider.ClassResource {
 		t.Errorf("third machine: %v, want MaxMachinesReached", err)
 	}
 	p.cfg.MaxMachines = 0
-	_, err = p.reserve(s, provider.Owner{UID: "u3"}, 4<<30)
+	_, err = p.reserve(s, provider.Owner{UID: "u3"}, 4<<30, nil)
 	if !errors.Is(err, provider.ErrNoCapacity) {
 		t.Errorf("no memory left: %v, want ErrNoCapacity", err)
 	}
