@@ -87,6 +87,9 @@ func (l *Ledger) Admit(ctx context.Context, cluster string, claim types.Namespac
 			l.waiting[k] = w
 		}
 		w[uid] = claim
+		// A charge of its own from an earlier admission (its record not
+		// written yet) would hold room it does not use while it waits.
+		delete(l.pending, uid)
 		l.recordLocked(k, usage)
 		return ex, nil
 	}
