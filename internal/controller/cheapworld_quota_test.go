@@ -63,20 +63,25 @@ func TestCheapWorldNamespaceQuota(t *testing.T) {
 		}
 		return placed, waiting, nil
 	}
-	var placed []*hfv1.MachineClaim
-	w.RunUntil(5*time.Minute, "two claims placed, two waiting for quota", func() error {
+	// expect checks that want claims have a VM, wait claims wait for the
+	// quota and the metric says so.
+	expect := func(want, wait int) ([]*hfv1.MachineClaim, error) {
 		p, waiting, err := split()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if len(p) != 2 || len(waiting) != 2 {
-			return fmt.Errorf("%d placed, %d waiting", len(p), len(waiting))
+		if len(p) != want || len(waiting) != wait {
+			return nil, fmt.Errorf("%d placed, %d waiting", len(p), len(waiting))
 		}
-		if got := testutil.ToFloat64(waitingGauge); got != 2 {
-			return fmt.Errorf("hyperfleet_quota_waiting_claims = %v, want 2", got)
+		if got := testutil.ToFloat64(waitingGauge); got != float64(wait) {
+			return nil, fmt.Errorf("hyperfleet_quota_waiting_claims = %v, want %d", got, wait)
 		}
-		placed = p
-		return nil
+		return p, nil
+	}
+	var placed []*hfv1.MachineClaim
+	w.RunUntil(5*time.Minute, "two claims placed, two waiting for quota", func() (err error) {
+		placed, err = expect(2, 2)
+		return err
 	})
 	if n := countVMs(sim); n != 2 {
 		t.Fatalf("%d VMs on the cluster under a limit of 2 machines", n)
@@ -91,17 +96,8 @@ func TestCheapWorldNamespaceQuota(t *testing.T) {
 		if w.Get(placed[0]) {
 			return errors.New("the deleted claim is still there")
 		}
-		p, waiting, err := split()
-		if err != nil {
-			return err
-		}
-		if len(p) != 2 || len(waiting) != 1 {
-			return fmt.Errorf("%d placed, %d waiting", len(p), len(waiting))
-		}
-		if got := testutil.ToFloat64(waitingGauge); got != 1 {
-			return fmt.Errorf("hyperfleet_quota_waiting_claims = %v, want 1", got)
-		}
-		return nil
+		_, err := expect(2, 1)
+		return err
 	})
 	if n := countVMs(sim); n != 2 {
 		t.Fatalf("%d VMs on the cluster under a limit of 2 machines", n)

@@ -68,7 +68,7 @@ func TestAdmit(t *testing.T) {
 			need: Use{Machines: 1, Memory: 8 * gi}, want: "spec.tenancy[3].limits.memory", wantUsage: 12 * gi},
 		{name: "the strictest rule wins", claims: []Claim{vm("a", "pve", 4, gi), {UID: "self"}},
 			rules: []Rule{{Field: "spec.tenancy[0].limits", Limits: &hfv1.TenantLimits{CPU: ptr.To[int32](64)}}, {Field: "spec.tenancy[1].limits", Limits: &hfv1.TenantLimits{CPU: ptr.To[int32](6)}}},
-			need: Use{Machines: 1, CPU: 4}, want: "spec.tenancy[1].limits.cpu", wantUsage: 4},
+			need:  Use{Machines: 1, CPU: 4}, want: "spec.tenancy[1].limits.cpu", wantUsage: 4},
 		{name: "a resource not needed does not refuse", claims: []Claim{{UID: "a", Cluster: "pve", Use: Use{Machines: 1, Devices: 2}}, {UID: "self"}},
 			rules: []Rule{{Field: "spec.tenancy[0].limits", Limits: &hfv1.TenantLimits{Devices: ptr.To[int32](1)}}}, need: Use{Machines: 1}},
 		{name: "zero machines", claims: []Claim{{UID: "self"}}, rules: []Rule{{Field: "spec.tenancy[0].limits", Limits: &hfv1.TenantLimits{Machines: ptr.To[int32](0)}}},

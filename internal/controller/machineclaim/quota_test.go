@@ -36,7 +36,7 @@ func TestPlacedUse(t *testing.T) {
 	signer := testPlacementSigner(t, 7)
 	tmpl := &hfv1.HypervisorMachineTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "big"},
-		Spec: hfv1.HypervisorMachineTemplateSpec{Resources: hfv1.MachineResources{CPU: 8, Memory: resource.MustParse("16Gi"), Disk: ptr.To(resource.MustParse("80Gi"))}},
+		Spec:       hfv1.HypervisorMachineTemplateSpec{Resources: hfv1.MachineResources{CPU: 8, Memory: resource.MustParse("16Gi"), Disk: ptr.To(resource.MustParse("80Gi"))}},
 	}
 	r := &Reconciler{Signer: signer, Client: fake.NewClientBuilder().WithScheme(quotaScheme(t)).WithObjects(tmpl).Build()}
 	claim := placedClaim("q1")
