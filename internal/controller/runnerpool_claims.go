@@ -58,7 +58,7 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, s *poolScope) (phase.Re
 		if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition); cond != nil && cond.Status == metav1.ConditionFalse {
 			switch cond.Reason {
 			case string(hfv1.IPPoolExhaustedReason), string(hfv1.RateLimitedReason), string(hfv1.ClusterUnavailableReason), string(hfv1.NamespaceNotAllowedReason), string(hfv1.TemplateNotReadyReason),
-				string(hfv1.MaxMachinesReachedReason), string(hfv1.InsufficientCapacityReason):
+				string(hfv1.QuotaExceededReason), string(hfv1.MaxMachinesReachedReason), string(hfv1.InsufficientCapacityReason):
 				s.blockers[cond.Reason]++
 			}
 		}

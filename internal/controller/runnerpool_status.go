@@ -174,7 +174,7 @@ func (r *RunnerPoolReconciler) setCapacity(s *poolScope) {
 		return
 	}
 	for _, reason := range []string{string(hfv1.ClusterUnavailableReason), string(hfv1.IPPoolExhaustedReason), string(hfv1.RateLimitedReason), string(hfv1.NamespaceNotAllowedReason),
-		string(hfv1.MaxMachinesReachedReason), string(hfv1.InsufficientCapacityReason)} {
+		string(hfv1.QuotaExceededReason), string(hfv1.MaxMachinesReachedReason), string(hfv1.InsufficientCapacityReason)} {
 		if n := s.blockers[reason]; n > 0 {
 			set(reason, fmt.Sprintf("%d starting VMs wait: %s (see their Provisioned condition)", n, reason))
 			return

@@ -411,3 +411,20 @@ func ForgetCluster(cluster string) {
 	OrphanDNSRemoved.DeleteLabelValues(cluster)
 	NetworkValidations.DeletePartialMatch(prometheus.Labels{"hypervisor_cluster": cluster})
 }
+
+// Namespace quotas (spec.tenancy[].limits, internal/quota): bounded by
+// namespaces × clusters (× the five resources).
+var (
+	// QuotaUsage is what a namespace's VMs on a cluster use.
+	QuotaUsage = NewGaugeVec("quota_usage",
+		"What a namespace's VMs on a hypervisor cluster use of each resource its tenancy rule limits (machines, cpu cores, memory and disk bytes, devices), counted from their placement records as of the last placement decision or VM destroyed there.",
+		"namespace", "hypervisor_cluster", "resource")
+	// QuotaLimit is a namespace's limit on a cluster.
+	QuotaLimit = NewGaugeVec("quota_limit",
+		"A namespace's limit on a hypervisor cluster (spec.tenancy[].limits; the strictest of the rules that apply), by resource; absent when the resource is not limited.",
+		"namespace", "hypervisor_cluster", "resource")
+	// QuotaWaitingClaims is how many claims wait for quota.
+	QuotaWaitingClaims = NewGaugeVec("quota_waiting_claims",
+		"MachineClaims of a namespace waiting because placing their VM on the hypervisor cluster would exceed a limit of its tenancy rule (Provisioned False, reason QuotaExceeded).",
+		"namespace", "hypervisor_cluster")
+)

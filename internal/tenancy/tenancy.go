@@ -347,3 +347,31 @@ func SelectorAdmits(ctx context.Context, c client.Reader, selector *metav1.Label
 	}
 	return sel.Matches(labels.Set(ns.Labels)), nil
 }
+
+// AdmittingRule returns the index in spec.tenancy of the rule that admits
+// tmpl in namespace: the first that selects the namespace and allows
+// everything the template uses, the rule Violations passes it with; -1
+// when the cluster has no rules or none admits it. Its limits are the
+// namespace's quota on the cluster for the template's VMs
+// (internal/quota). An error is a failed read or an invalid selector, as
+// RulesFor's.
+func AdmittingRule(ctx context.Context, c client.Reader, cluster *hfv1.HypervisorCluster, namespace string, tmpl *hfv1.HypervisorMachineTemplate, hosts []workload.APIHost) (int, error) {
+	if len(cluster.Spec.Tenancy) == 0 {
+		return -1, nil
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
+		return -1, fmt.Errorf("read namespace %s: %w", namespace, err)
+	}
+	for i := range cluster.Spec.Tenancy {
+		rule := &cluster.Spec.Tenancy[i]
+		sel, err := metav1.LabelSelectorAsSelector(&rule.NamespaceSelector)
+		if err != nil {
+			return -1, fmt.Errorf("spec.tenancy[%d].namespaceSelector of HypervisorCluster %s: %w: %w", i, cluster.Name, ErrInvalidSelector, err)
+		}
+		if sel.Matches(labels.Set(ns.Labels)) && len(ruleViolations(tmpl, cluster, rule, hosts)) == 0 {
+			return i, nil
+		}
+	}
+	return -1, nil
+}

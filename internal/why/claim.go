@@ -2,6 +2,7 @@ package why
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,7 @@ var fixes = map[string]string{
 	string(hfv1.WaitingForTerminationReason): "wait: VMs being destroyed still count against maxReplicas; if it lasts, see their Ending condition",
 	string(hfv1.WaitingForStandbyReason):     "wait: standby VMs being built hold room under maxReplicas and are taken for jobs once suspended; raise maxReplicas or lower spec.standby.size if it lasts",
 	string(hfv1.MaxMachinesReachedReason):    "the cluster's quota: raise the HypervisorCluster's spec.limits.maxMachines, or end VMs on it",
+	string(hfv1.QuotaExceededReason):         "the namespace's quota on the cluster: raise the limit the message names in the HypervisorCluster's spec.tenancy, make the template's VMs smaller, or end VMs of the namespace on the cluster; the claim is placed once a VM of the namespace there is destroyed",
 	string(hfv1.InsufficientCapacityReason):  "no allowed node has the memory or storage for the VM: free capacity on the cluster, allow more nodes, or make the template's VMs smaller",
 	string(hfv1.IPPoolExhaustedReason):       "no static address is left: add addresses to the IPPool or end VMs holding them",
 	string(hfv1.RateLimitedReason):           "the CI platform's rate limit: wait until it resets (the message says when), or give the template's credentials a larger limit (a GitHub App rather than a PAT)",
@@ -32,6 +34,10 @@ var fixes = map[string]string{
 	string(hfv1.NoProgressReason):            "the claim overstayed its phase: the message names the step and the hypervisor's task; look at the task on the hypervisor, or delete the claim to replace it",
 	string(hfv1.BuildingVMReason):            "the hypervisor's task is in flight: wait; if the claim becomes Stuck, look at the task on the hypervisor",
 }
+
+// quotaField finds the limit a QuotaExceeded message names
+// (internal/quota Exceeded: "spec.tenancy[1].limits.memory").
+var quotaField = regexp.MustCompile(`spec\.tenancy\[\d+\]\.limits\.[a-z]+`)
 
 // credentialReasons are the Bootstrapped False reasons that say the VM's
 // runner credential has not reached it (internal/controller/machineclaim
@@ -148,7 +154,17 @@ func claimBlocker(_ *World, c *hfv1.MachineClaim) *Blocker {
 		if p.Reason == string(hfv1.MaxMachinesReachedReason) && c.Status.VMRef != nil {
 			fix = fmt.Sprintf("the cluster's quota: raise spec.limits.maxMachines of HypervisorCluster %s, or end VMs on it", c.Status.VMRef.HypervisorCluster)
 		}
-		return &Blocker{Reason: p.Reason, Object: obj, Field: condField(hfv1.MachineClaimProvisionedCondition), Message: p.Message, Fix: fix, Doc: doc(p.Reason)}
+		field := condField(hfv1.MachineClaimProvisionedCondition)
+		if p.Reason == string(hfv1.QuotaExceededReason) {
+			if limit := quotaField.FindString(p.Message); limit != "" {
+				// The limit the claim waits for, as the claim
+				// controller's message names it (internal/quota).
+				field += ", " + limit
+				fix = fmt.Sprintf("the namespace's quota on the cluster: raise %s (the message gives the limit, the namespace's usage and this VM's need), make the template's VMs smaller, or end VMs of namespace %s on the cluster; the claim is placed once one of them is destroyed",
+					limit, c.Namespace)
+			}
+		}
+		return &Blocker{Reason: p.Reason, Object: obj, Field: field, Message: p.Message, Fix: fix, Doc: doc(p.Reason)}
 	}
 	for _, t := range []hfv1.ConditionType{hfv1.MachineClaimAttestedCondition, hfv1.MachineClaimBootstrappedCondition} {
 		if b := falseCond(c.Status.Conditions, t); b != nil {

@@ -29,6 +29,9 @@
 //     against spec.scaling.maxReplicas), WaitingForTermination;
 //   - quota: Provisioned False MaxMachinesReached (the cluster's
 //     spec.limits.maxMachines);
+//   - namespace quota: Provisioned or CapacityAvailable False
+//     QuotaExceeded (the limit of spec.tenancy[i].limits the message
+//     names, with the namespace's usage and the VM's need);
 //   - no capacity: Provisioned False InsufficientCapacity, IPPoolExhausted;
 //   - replacements held back: ReplacementBackoff / CapacityAvailable
 //     ConsecutiveFailures;

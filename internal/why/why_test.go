@@ -162,6 +162,15 @@ func TestExplain(t *testing.T) {
 			w.Claims = append(w.Claims, c)
 			setCond(&pool0(w).Status.Conditions, cond(hfv1.RunnerPoolCapacityCondition, metav1.ConditionFalse, hfv1.MaxMachinesReachedReason, "1 starting VMs wait: MaxMachinesReached"))
 		}, wantReason: "MaxMachinesReached", wantObject: "MachineClaim team-a/linux-abc", wantIn: "maxMachines", wantDoc: "docs/troubleshooting.md#maxmachinesreached"},
+		{name: "namespace quota", target: "4242", mutate: func(w *World) {
+			c := claim("linux-abc")
+			c.Status.VMRef = nil
+			c.Status.Conditions = []metav1.Condition{cond(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.QuotaExceededReason,
+				"placing the VM would take namespace team-a over spec.tenancy[1].limits.memory of HypervisorCluster pve: limit 16Gi, in use 12Gi, this VM needs 8Gi; it is placed once a VM of the namespace on the cluster is destroyed")}
+			w.Claims = append(w.Claims, c)
+			setCond(&pool0(w).Status.Conditions, cond(hfv1.RunnerPoolCapacityCondition, metav1.ConditionFalse, hfv1.QuotaExceededReason, "1 starting VMs wait: QuotaExceeded"))
+		}, wantReason: "QuotaExceeded", wantObject: "MachineClaim team-a/linux-abc", wantField: "spec.tenancy[1].limits.memory", wantIn: "in use 12Gi, this VM needs 8Gi",
+			wantDoc: "docs/troubleshooting.md#quotaexceeded"},
 		{name: "rate limit (pool)", target: "4242", mutate: func(w *World) {
 			setCond(&pool0(w).Status.Conditions, cond(hfv1.RunnerPoolCapacityCondition, metav1.ConditionFalse, hfv1.RateLimitedReason, "1 starting VMs wait: RateLimited"))
 		}, wantReason: "RateLimited", wantObject: "RunnerPool team-a/linux", wantField: "type=CapacityAvailable", wantDoc: "docs/troubleshooting.md#ratelimited"},

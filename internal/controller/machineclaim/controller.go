@@ -3,6 +3,7 @@ package machineclaim
 import (
 	"context"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +31,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/isolation"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/internal/quota"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/pace"
@@ -133,6 +135,9 @@ type Reconciler struct {
 	// DNS registers the claims' VMs in their clusters' DNS services
 	// (dns.go).
 	DNS DNSRegistration
+	// Quota admits claims within their namespace's quota on their cluster
+	// (quota.go); nil: a ledger over the cache, made on first use.
+	Quota *quota.Ledger
 
 	// memory is what this process remembers about each claim beyond its
 	// stored status (memory.go), dropped as a whole by forget.
@@ -151,6 +156,10 @@ type Reconciler struct {
 	// validation runs the claims' validation rounds off the reconcile
 	// path (validation.go).
 	validation validations
+	// quotaOnce makes the ledger; quotaWake wakes claims that waited for
+	// quota when a charge is released (quota.go).
+	quotaOnce sync.Once
+	quotaWake chan event.GenericEvent
 }
 
 // waitForCache reports whether the cache still shows the claim older than
@@ -168,6 +177,7 @@ func (r *Reconciler) waitForCache(ctx context.Context, claim *hfv1.MachineClaim)
 // its own): a reconcile found its name gone, or taken by a new claim.
 func (r *Reconciler) forget(uid types.UID) {
 	r.memory.Forget(uid)
+	r.ledger().Forget(uid)
 	// The runner observations are the RunnerPool resync's, which writes
 	// them; the claim's is dropped with the rest.
 	r.Runners.Forget(uid)
@@ -197,6 +207,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.ResourceVersionChangedPredicate{}))).
 		Watches(&hfv1.CIJob{}, handler.EnqueueRequestsFromMapFunc(r.claimsForJob)).
 		Watches(&hfv1.MachineClaim{}, r.Vanished.handler()).
+		Watches(&hfv1.MachineClaim{}, r.quotaHandler()).
 		Watches(&hfv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.disownedClaimsOfPool),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
@@ -207,6 +218,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// A finished validation round wakes its claim to be recorded.
 	r.validation.wake = make(chan event.GenericEvent, 256)
 	b = b.WatchesRawSource(source.Channel(r.validation.wake, &handler.EnqueueRequestForObject{}))
+	// A released quota charge wakes the claims it held back.
+	r.quotaWake = make(chan event.GenericEvent, 256)
+	b = b.WatchesRawSource(source.Channel(r.quotaWake, &handler.EnqueueRequestForObject{}))
 	return b.Complete(r)
 }
 

@@ -56,6 +56,23 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	}
 	if s.claim.Status.VMRef == nil {
 		s.claim.Status.TemplateHash = call.tmpl.Status.TemplateHash
+		// The namespace's quota, checked and charged under the ledger's
+		// lock before the placement record is written: the charge holds
+		// the room until the cache shows the record, and goes unless the
+		// record is written in this pass.
+		charged, stop, res, err := r.admitQuota(ctx, s, call)
+		if stop {
+			return res, err
+		}
+		if charged {
+			recorded := false
+			defer func() {
+				if !recorded {
+					r.releaseQuota(s.claim.UID)
+				}
+			}()
+			call.recorded = &recorded
+		}
 	}
 	got, err := s.provider.EnsureVM(ctx, call.spec, call.prev)
 	if err == nil && got.Phase == provider.PhasePlaced && got.RetryAfter <= 0 && call.prev.ID != got.Progress.ID {
@@ -76,6 +93,9 @@ type vmCall struct {
 	prev    provider.Progress
 	tmpl    *hfv1.HypervisorMachineTemplate
 	cluster *hfv1.HypervisorCluster
+	// recorded, when set, is told whether the placement record was
+	// written (its quota charge then stays until the cache shows it).
+	recorded *bool
 }
 
 // prepareVMCall gathers what the provider call needs beyond the scope (a
@@ -183,6 +203,9 @@ func (r *Reconciler) reserveVM(ctx context.Context, s *claimScope, call *vmCall,
 		}
 		log.V(1).Info("Claim deleted before its VM reservation was stored; not cloning", "vm", res.Progress.ID)
 		return true, nil
+	}
+	if call.recorded != nil {
+		*call.recorded = true
 	}
 	log.V(1).Info("Recorded the VM reservation", "vm", res.Progress.ID, "node", res.Progress.Node)
 	return false, nil
@@ -328,6 +351,8 @@ func (r *Reconciler) deleteVM(ctx context.Context, s *claimScope) (bool, ctrl.Re
 	if done {
 		r.PowerOff.forgetTransition(ref, r.Clock.Now())
 		r.addresses().release(ctx, s.claim)
+		// Its quota charge, if the cache never showed its record.
+		r.ledger().Forget(s.claim.UID)
 	}
 	return done, ctrl.Result{RequeueAfter: requeue}
 }

@@ -190,7 +190,7 @@ func fits(mappings map[string]map[string]int, use map[string]map[string]int, dev
 	return false
 }
 
-// Feature: hyperfleet-operator, Property 29: PCI devices are placed as capacity and never shared
+// Feature: hyperfleet-operator, Property 30: PCI devices are placed as capacity and never shared
 //
 // For random PCI mappings over three nodes, batches of concurrent
 // placements of VMs asking 0-2 devices of random mappings, deletions, VMs
