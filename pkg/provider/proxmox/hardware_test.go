@@ -172,3 +172,24 @@ func TestHardwareExtraDiskPlacement(t *testing.T) {
 	spec.Hardware = &provider.Hardware{ExtraDisks: []provider.Disk{{Bytes: 20 << 30, Storage: "scratch"}}}
 	e.ensure(e.p, spec, provider.Progress{}, provider.PhasePlaced, 3)
 }
+
+// TestHardwareExtraDisksPromised: extra disks are promised at placement,
+// so two VMs whose disks each fit a storage alone but not together are
+// not both placed while neither is created; the promise goes with the
+// placement that gives it up.
+func TestHardwareExtraDisksPromised(t *testing.T) {
+	e := newEnv(t, withScratch(30<<30))
+	withDisk := func(name, uid string) *provider.VMSpec {
+		spec := testSpec(name, uid)
+		spec.Hardware = &provider.Hardware{ExtraDisks: []provider.Disk{{Bytes: 20 << 30, Storage: "scratch"}}}
+		return spec
+	}
+	first := withDisk("runner-a", "uid-a")
+	e.ensure(e.p, first, provider.Progress{}, provider.PhasePlaced, 3)
+	_, err := e.p.EnsureVM(t.Context(), withDisk("runner-b", "uid-b"), provider.Progress{})
+	if err == nil || provider.Classify(err) != provider.ClassResource || !strings.Contains(err.Error(), "storage scratch has 10 GiB free for 20 GiB of extra disks") {
+		t.Fatalf("second VM: error %v, want the first VM's promised 20 GiB counted", err)
+	}
+	e.p.release(first.Owner.UID, 0, false)
+	e.ensure(e.p, withDisk("runner-b", "uid-b"), provider.Progress{}, provider.PhasePlaced, 3)
+}
