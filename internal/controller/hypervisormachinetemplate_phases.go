@@ -330,7 +330,12 @@ func (r *HypervisorMachineTemplateReconciler) recordValid(_ context.Context, s *
 	st.TemplateHash = s.hash
 	resolved := s.kind.ResolvedTemplate(info)
 	st.ResolvedTemplate = &resolved
-	s.validity = isReady(fmt.Sprintf("Template %s on %s/%s is valid", s.kind.DescribeTemplate(info), s.cluster.Name, info.Node))
+	where := s.cluster.Name + "/" + info.Node
+	if len(info.Nodes) > 0 {
+		// A template with a copy on each of several nodes.
+		where = fmt.Sprintf("%s, nodes %s,", s.cluster.Name, strings.Join(info.Nodes, ", "))
+	}
+	s.validity = isReady(fmt.Sprintf("Template %s on %s is valid", s.kind.DescribeTemplate(info), where))
 	return phase.Recheck(10 * waitForDependency), nil
 }
 

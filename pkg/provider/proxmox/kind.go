@@ -345,14 +345,15 @@ func listOrNone(values []string) string {
 }
 
 // DescribeTemplate implements provider.Kind: the template's VM id and
-// name, and for a selector the nodes holding a copy.
+// name, and for a selector that it has copies (TemplateInfo.Nodes says
+// where).
 func (hypervisorKind) DescribeTemplate(info *provider.TemplateInfo) string {
 	one := strconv.Itoa(info.ID)
 	if info.Name != "" {
 		one = fmt.Sprintf("%d (%s)", info.ID, info.Name)
 	}
 	if len(info.Nodes) > 0 {
-		return fmt.Sprintf("%s and its copies on nodes %s", one, strings.Join(info.Nodes, ", "))
+		return one + " and its copies"
 	}
 	return one
 }
