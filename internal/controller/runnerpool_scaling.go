@@ -127,6 +127,9 @@ func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n
 		jobs = nil
 	}
 	on := make([]int, n)
+	if s.createdOn == nil {
+		s.createdOn = map[int]int{}
+	}
 	for i := range claims {
 		var tmpl *hfv1.HypervisorMachineTemplate
 		tmpl, on[i] = s.templateFor()
