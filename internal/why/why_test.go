@@ -380,3 +380,51 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("text:\n%s", text.String())
 	}
 }
+
+// TestExplainOverflow: a pool with spec.placement shows its placement
+// table, and its templateRef's cluster being down blocks nothing while
+// another template takes the pool's VMs; when none does, it blocks again.
+// Mutation: overflowed returning its blocker unchanged fails "spilled".
+func TestExplainOverflow(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		other      hfv1.TemplatePlacementState
+		wantReason string
+	}{
+		{name: "spilled", other: hfv1.TemplateAvailable},
+		{name: "nowhere to spill", other: hfv1.TemplateFull, wantReason: "Unreachable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := healthyWorld(t)
+			setCond(&w.Clusters[0].Status.Conditions, cond(hfv1.HypervisorClusterConnectedCondition, metav1.ConditionFalse, hfv1.UnreachableReason, "connection refused"))
+			p := pool0(w)
+			p.Spec.Placement = &hfv1.PoolPlacement{Strategy: hfv1.PlacementPack, Templates: []hfv1.ObjectName{{Name: "ubuntu-b"}}}
+			p.Status.Placement = []hfv1.TemplatePlacement{
+				{Name: "ubuntu", HypervisorCluster: "pve", Machines: 1, State: hfv1.TemplateUnreachable, Message: "HypervisorCluster pve is not connected: connection refused"},
+				{Name: "ubuntu-b", HypervisorCluster: "pve-b", Machines: 2, State: tc.other},
+			}
+			target, err := ParseTarget("pool/linux", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := Explain(w, target)
+			var text bytes.Buffer
+			if err := r.WriteText(&text); err != nil {
+				t.Fatal(err)
+			}
+			out := text.String()
+			for _, want := range []string{"Placement", "team-a/ubuntu", "Unreachable on HypervisorCluster pve; 1 VM: HypervisorCluster pve is not connected",
+				"team-a/ubuntu-b", string(tc.other) + " on HypervisorCluster pve-b; 2 VMs"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("report lacks %q:\n%s", want, out)
+				}
+			}
+			switch {
+			case tc.wantReason == "" && r.Blocked != nil:
+				t.Errorf("blocked while another template takes VMs:\n%s", out)
+			case tc.wantReason != "" && (r.Blocked == nil || r.Blocked.Reason != tc.wantReason):
+				t.Errorf("want blocked by %s:\n%s", tc.wantReason, out)
+			}
+		})
+	}
+}
