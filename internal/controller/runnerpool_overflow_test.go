@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
@@ -196,6 +197,19 @@ func TestOverflowSpillsToTheNextClusterAndReturns(t *testing.T) {
 	if gone := w.collectDeleted(); len(gone) != 0 || len(w.endClaims()) != 0 {
 		t.Errorf("the pool ended claims %v of a steady pool", gone)
 	}
+	// Alpha stays Full though no claim waits there any more (it was
+	// spilled): nothing observed since can have made room.
+	if a := placementOf(t, p, "debian"); a.State != hfv1.TemplateFull || a.Since == nil {
+		t.Errorf("debian a pass after the spill: %+v, want still Full, with its since", a)
+	}
+	// Alpha's status is polled again after that: the next VM may try it.
+	polled := overflowCluster("alpha", true)
+	polled.Status.LastPollTime = &metav1.Time{Time: w.clk.Now().Add(time.Second)}
+	setCluster(t, w, polled)
+	w.pass()
+	if a := placementOf(t, w.pool(), "debian"); a.State != hfv1.TemplateAvailable {
+		t.Errorf("debian after alpha's status was polled again: %+v, want Available", a)
+	}
 
 	// Beta is partitioned and alpha has room again (its VM's job is done
 	// and the VM gone). The pool needs a VM: it goes back to alpha.
@@ -319,4 +333,21 @@ func claimNamesByTemplate(on map[string][]*hfv1.MachineClaim) map[string][]strin
 		}
 	}
 	return out
+}
+
+// TestPlacementMachinesWaitWithTheCounts: status.placement's machines
+// are counts (held with the others, runnerpool_statusbatch.go); a
+// template's state is not.
+func TestPlacementMachinesWaitWithTheCounts(t *testing.T) {
+	before := poolWorldPool(1, 4)
+	before.Status.Placement = []hfv1.TemplatePlacement{{Name: "debian", State: hfv1.TemplateAvailable, Machines: 1}, {Name: "b", State: hfv1.TemplateAvailable}}
+	after := before.DeepCopy()
+	after.Status.Placement[0].Machines = 2
+	if !countsOnly(before, after) {
+		t.Error("a change of a template's machines alone is written at once")
+	}
+	after.Status.Placement[1].State = hfv1.TemplateFull
+	if countsOnly(before, after) {
+		t.Error("a change of a template's state waits with the counts")
+	}
 }

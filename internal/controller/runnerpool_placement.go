@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -91,6 +92,7 @@ func (r *RunnerPoolReconciler) derivePlacement(ctx context.Context, s *poolScope
 			facts[i].Waiting[reason]++
 		}
 	}
+	polled := make([]time.Time, len(names))
 	for i, t := range s.tmpls {
 		if t == nil {
 			facts[i].Invalid = fmt.Sprintf("HypervisorMachineTemplate %s/%s does not exist", s.pool.Namespace, names[i])
@@ -103,12 +105,26 @@ func (r *RunnerPoolReconciler) derivePlacement(ctx context.Context, s *poolScope
 		if facts[i].Invalid != "" {
 			continue
 		}
-		if err := r.clusterFacts(ctx, t, &facts[i]); err != nil {
+		var err error
+		if polled[i], err = r.clusterFacts(ctx, t, &facts[i]); err != nil {
 			return err
 		}
 	}
 	for i := range s.placement {
-		s.placement[i].State, s.placement[i].Message = poolplacement.StateOf(facts[i])
+		t := &s.placement[i]
+		t.State, t.Message = poolplacement.StateOf(facts[i])
+		t.State, t.Message, _ = poolplacement.Carry(previousPlacement(s.read, t.Name), t.State, t.Message, t.Machines, polled[i])
+	}
+	return nil
+}
+
+// previousPlacement is the entry of status.placement for template name as
+// the pass read it; nil when there is none.
+func previousPlacement(pool *hfv1.RunnerPool, name string) *hfv1.TemplatePlacement {
+	for i := range pool.Status.Placement {
+		if p := &pool.Status.Placement[i]; p.Name == name {
+			return p
+		}
 	}
 	return nil
 }
@@ -132,30 +148,35 @@ func (r *RunnerPoolReconciler) overflowMismatch(s *poolScope, t *hfv1.Hypervisor
 // clusterFacts fills f from template t's readiness and its cluster's
 // status: not ready because of its cluster, or a cluster not Connected,
 // is Unreachable; a template not ready for another reason is Invalid; a
-// cluster whose online nodes all lack the template's memory is Full.
-func (r *RunnerPoolReconciler) clusterFacts(ctx context.Context, t *hfv1.HypervisorMachineTemplate, f *poolplacement.Facts) error {
+// cluster whose online nodes all lack the template's memory is Full. It
+// returns when the cluster's status was last polled (zero when unknown).
+func (r *RunnerPoolReconciler) clusterFacts(ctx context.Context, t *hfv1.HypervisorMachineTemplate, f *poolplacement.Facts) (time.Time, error) {
 	if msg := notReadyForVMs(t); msg != "" {
 		if ready := hfv1.FindCondition(t.Status.Conditions, hfv1.ReadyCondition); ready != nil && ready.Reason == string(hfv1.ClusterUnavailableReason) {
 			f.Unreachable = msg
 		} else {
 			f.Invalid = msg
 		}
-		return nil
+		return time.Time{}, nil
 	}
 	cluster := &hfv1.HypervisorCluster{}
 	switch err := r.Client.Get(ctx, client.ObjectKey{Name: t.Spec.HypervisorClusterRef.Name}, cluster); {
 	case apierrors.IsNotFound(err):
 		f.Unreachable = fmt.Sprintf("HypervisorCluster %s does not exist", t.Spec.HypervisorClusterRef.Name)
-		return nil
+		return time.Time{}, nil
 	case err != nil:
-		return fmt.Errorf("read HypervisorCluster %s of template %s: %w", t.Spec.HypervisorClusterRef.Name, t.Name, err)
+		return time.Time{}, fmt.Errorf("read HypervisorCluster %s of template %s: %w", t.Spec.HypervisorClusterRef.Name, t.Name, err)
+	}
+	var polled time.Time
+	if p := cluster.Status.LastPollTime; p != nil {
+		polled = p.Time
 	}
 	if c := hfv1.FindCondition(cluster.Status.Conditions, hfv1.HypervisorClusterConnectedCondition); c != nil && c.Status == metav1.ConditionFalse {
 		f.Unreachable = fmt.Sprintf("HypervisorCluster %s is not connected: %s", cluster.Name, c.Message)
-		return nil
+		return polled, nil
 	}
 	f.Full = memoryShort(cluster, t)
-	return nil
+	return polled, nil
 }
 
 // memoryShort says that no online node of cluster has the memory a VM of
@@ -322,8 +343,12 @@ func (r *RunnerPoolReconciler) setPlacementStatus(s *poolScope) {
 	st.Placement = make([]hfv1.TemplatePlacement, len(s.placement))
 	gauges := make([]metrics.PoolTemplate, len(s.placement))
 	for i, t := range s.placement {
+		since := &metav1.Time{Time: s.now}
+		if prev := previousPlacement(s.read, t.Name); prev != nil && prev.State == t.State && prev.Since != nil {
+			since = prev.Since
+		}
 		st.Placement[i] = hfv1.TemplatePlacement{Name: t.Name, HypervisorCluster: t.Cluster, Machines: int32(max(t.Machines, 0)),
-			State: t.State, Message: conditions.Truncate(t.Message, 1024)}
+			State: t.State, Message: conditions.Truncate(t.Message, 1024), Since: since}
 		gauges[i] = metrics.PoolTemplate{Name: t.Name, State: string(t.State), Machines: st.Placement[i].Machines}
 	}
 	metrics.SetPoolTemplates(s.pool.Namespace, s.pool.Name, gauges)

@@ -9,6 +9,7 @@ package poolplacement
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 )
@@ -156,4 +157,25 @@ func FirstUnavailable(ts []Template, i int) int {
 		}
 	}
 	return -1
+}
+
+// Carry keeps the Full or OverQuota state a pass recorded (prev, from the
+// pool's status) for a template whose facts now say Available only
+// because the claims that showed it were spilled: without it the next new
+// VM would go to the full template, wait there and be spilled again, one
+// wasted placement per VM and a status flapping between Full and
+// Available. The state holds until something observed can have made
+// room: one of the pool's VMs on the template ended (machines, the
+// pool's live claims on it now, fell below prev.Machines), or the
+// cluster's status was refreshed after prev.Since (polled: its
+// status.lastPollTime; zero when unknown). It reports the state and
+// message to use, and whether they are prev's.
+func Carry(prev *hfv1.TemplatePlacement, state hfv1.TemplatePlacementState, msg string, machines int, polled time.Time) (hfv1.TemplatePlacementState, string, bool) {
+	if prev == nil || state != hfv1.TemplateAvailable || (prev.State != hfv1.TemplateFull && prev.State != hfv1.TemplateOverQuota) {
+		return state, msg, false
+	}
+	if machines < int(prev.Machines) || prev.Since == nil || (!polled.IsZero() && polled.After(prev.Since.Time)) {
+		return state, msg, false
+	}
+	return prev.State, prev.Message, true
 }

@@ -4,6 +4,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 )
@@ -124,5 +127,43 @@ func TestSpillable(t *testing.T) {
 	}
 	if got := FirstUnavailable(templates([]hfv1.TemplatePlacementState{av, av}, nil), 1); got != -1 {
 		t.Errorf("FirstUnavailable = %d, want -1", got)
+	}
+}
+
+func TestCarry(t *testing.T) {
+	since := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	full := &hfv1.TemplatePlacement{Name: "a", State: fu, Message: "1 of the pool's claims wait with MaxMachinesReached", Machines: 3,
+		Since: &metav1.Time{Time: since}}
+	for _, tc := range []struct {
+		name     string
+		prev     *hfv1.TemplatePlacement
+		state    hfv1.TemplatePlacementState
+		machines int
+		polled   time.Time
+		carried  bool
+	}{
+		{"nothing observed since the spill", full, av, 3, since.Add(-time.Second), true},
+		{"the cluster's status not polled yet", full, av, 3, time.Time{}, true},
+		{"the cluster polled since", full, av, 3, since.Add(time.Second), false},
+		{"one of the pool's VMs on it ended", full, av, 2, since.Add(-time.Second), false},
+		{"the pool grew there (a VM placed)", full, av, 4, since.Add(-time.Second), true},
+		{"fresh facts win", full, un, 3, time.Time{}, false},
+		{"no previous state", nil, av, 3, time.Time{}, false},
+		{"previously Unreachable: the connection is observed directly", &hfv1.TemplatePlacement{State: un, Since: &metav1.Time{Time: since}}, av, 0, time.Time{}, false},
+		{"over quota holds too", &hfv1.TemplatePlacement{State: oq, Message: "quota", Since: &metav1.Time{Time: since}}, av, 0, time.Time{}, true},
+		{"no since recorded", &hfv1.TemplatePlacement{State: fu}, av, 0, time.Time{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state, msg, carried := Carry(tc.prev, tc.state, "fresh", tc.machines, tc.polled)
+			if carried != tc.carried {
+				t.Fatalf("carried %v, want %v (state %s %q)", carried, tc.carried, state, msg)
+			}
+			if carried && (state != tc.prev.State || msg != tc.prev.Message) {
+				t.Errorf("carried state %s %q, want prev's", state, msg)
+			}
+			if !carried && (state != tc.state || msg != "fresh") {
+				t.Errorf("state %s %q, want the fresh one", state, msg)
+			}
+		})
 	}
 }
