@@ -207,17 +207,17 @@ type poolScope struct {
 	// What load read: the template (nil when missing) and its hash, the
 	// claims by state, the CIJobs by job id and the pending ones, and the
 	// claim Provisioned reasons that hold capacity back.
-	tmpl    *hfv1.HypervisorMachineTemplate
-	hash    string
+	tmpl *hfv1.HypervisorMachineTemplate
+	hash string
 	// With spec.placement (runnerpool_placement.go): every template of the
 	// pool in priority order (templateRef first; nil when missing), their
 	// hashes by name, and their states and machines.
 	tmpls     []*hfv1.HypervisorMachineTemplate
 	hashes    map[string]string
 	placement []poolplacement.Template
-	claims  *poolclaims.Claims
-	jobs    map[string]*hfv1.CIJob // by job id (CIJobSpec.ID)
-	pending []*hfv1.CIJob
+	claims    *poolclaims.Claims
+	jobs      map[string]*hfv1.CIJob // by job id (CIJobSpec.ID)
+	pending   []*hfv1.CIJob
 	// taken are the runners the pool's job records name (in_progress or
 	// completed): their claims are busy whether or not they recorded the
 	// job yet (takenToBusy).
@@ -252,10 +252,8 @@ type poolScope struct {
 	// schedWake wakes the pool when a window opens or closes.
 	schedWake phase.Result
 	created   int
-	// createdOn counts the claims created by template index (placement);
-	// spilledFrom are the template indexes of the claims spill deleted.
-	createdOn   map[int]int
-	spilledFrom []int
+	// createdOn counts the claims created by template index (placement).
+	createdOn map[int]int
 	// The standby tier (runnerpool_standby.go): its size now, its claims
 	// as the decision saw them, the ones this pass took for the demand and
 	// the ones it created to refill it.

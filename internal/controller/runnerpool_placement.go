@@ -279,7 +279,11 @@ func (r *RunnerPoolReconciler) spill(ctx context.Context, s *poolScope) (phase.R
 				return nil, fmt.Errorf("delete MachineClaim %s to place it on another template: %w", c.Name, err)
 			}
 			s.placement[i].Machines--
-			s.spilledFrom = append(s.spilledFrom, i)
+			// Its wait no longer holds the pool's capacity back
+			// (CapacityAvailable): its replacement goes elsewhere.
+			if s.blockers[string(reason)] > 0 {
+				s.blockers[string(reason)]--
+			}
 			ctrl.LoggerFrom(ctx).Info("Spilling a claim to another template", "MachineClaim", c.Name, "template", c.Spec.TemplateRef.Name,
 				"state", s.placement[i].State, "reason", reason)
 		}

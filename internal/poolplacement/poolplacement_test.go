@@ -78,7 +78,9 @@ func TestPlanSpreadBalancesWithinThePass(t *testing.T) {
 }
 
 func TestStateOf(t *testing.T) {
-	w := func(r hfv1.ConditionReason, n int) map[hfv1.ConditionReason]int { return map[hfv1.ConditionReason]int{r: n} }
+	w := func(r hfv1.ConditionReason, n int) map[hfv1.ConditionReason]int {
+		return map[hfv1.ConditionReason]int{r: n}
+	}
 	for _, tc := range []struct {
 		name  string
 		facts Facts

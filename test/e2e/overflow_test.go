@@ -68,16 +68,26 @@ func TestOverflowAcrossClusters(t *testing.T) {
 		t.Fatal(err)
 	}
 	setMaxMachines(t, w, clusterA, 4)
-	if _, err := w.EnqueueJobsFor(pool, 3, jobDuration); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 4*time.Minute, over+" Unreachable and a VM built on "+clusterA+" after the partition", func() error {
+	eventually(t, 3*time.Minute, over+" Unreachable", func() error {
 		p, _, err := poolPlacement(ctx, w, pool)
 		if err != nil {
 			return err
 		}
-		if bp := placementNamed(p, over); bp.State != hfv1.TemplateUnreachable {
+		if bp := placementNamed(p, over); bp.State != hfv1.TemplateUnreachable || !strings.Contains(bp.Message, clusterB) {
 			return fmt.Errorf("placement %+v", p.Status.Placement)
+		}
+		return nil
+	})
+	// Jobs: the pool's VMs on A take them and end, and the pool builds
+	// more; the claims it placed on B before the partition stay there,
+	// waiting for B (they have VMs: never moved).
+	if _, err := w.EnqueueJobsFor(pool, 3, jobDuration); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "a VM built on "+clusterA+" after the partition", func() error {
+		p, _, err := poolPlacement(ctx, w, pool)
+		if err != nil {
+			return err
 		}
 		var claims hfv1.MachineClaimList
 		if err := w.API.Client.List(ctx, &claims, client.InNamespace(devenv.Namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool}); err != nil {
