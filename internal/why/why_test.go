@@ -232,15 +232,7 @@ func TestExplain(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(w)
 			}
-			target, err := ParseTarget(tc.target, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := Explain(w, target)
-			var text bytes.Buffer
-			if err := r.WriteText(&text); err != nil {
-				t.Fatal(err)
-			}
+			r, text := explainText(t, w, tc.target)
 			t.Log("\n" + text.String())
 			if tc.wantReason == "" {
 				if r.Blocked != nil || r.Verdict == "" {
@@ -403,15 +395,7 @@ func TestExplainOverflow(t *testing.T) {
 				{Name: "ubuntu", HypervisorCluster: "pve", Machines: 1, State: hfv1.TemplateUnreachable, Message: "HypervisorCluster pve is not connected: connection refused"},
 				{Name: "ubuntu-b", HypervisorCluster: "pve-b", Machines: 2, State: tc.other},
 			}
-			target, err := ParseTarget("pool/linux", "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := Explain(w, target)
-			var text bytes.Buffer
-			if err := r.WriteText(&text); err != nil {
-				t.Fatal(err)
-			}
+			r, text := explainText(t, w, "pool/linux")
 			out := text.String()
 			for _, want := range []string{"Placement", "team-a/ubuntu", "Unreachable on HypervisorCluster pve; 1 VM: HypervisorCluster pve is not connected",
 				"team-a/ubuntu-b", string(tc.other) + " on HypervisorCluster pve-b; 2 VMs"} {
@@ -427,4 +411,19 @@ func TestExplainOverflow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// explainText explains target in w, and the report as WriteText prints it.
+func explainText(t *testing.T, w *World, target string) (Report, *bytes.Buffer) {
+	t.Helper()
+	tg, err := ParseTarget(target, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Explain(w, tg)
+	var text bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	return r, &text
 }
