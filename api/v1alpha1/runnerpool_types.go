@@ -127,6 +127,13 @@ type TemplatePlacement struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+
+	// since is when the template entered its state. A Full or OverQuota
+	// state seen from the pool's waiting claims holds until the cluster's
+	// status.lastPollTime passes it or one of the pool's VMs on the
+	// template ends; then the next new VM tries the template again.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 }
 
 // TemplatePlacementState is whether a pool's template takes new VMs.

@@ -37,7 +37,12 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, s *poolScope) (phase.Re
 			owned = append(owned, *c)
 		}
 	}
-	s.claims = poolclaims.Classify(owned, s.hash, machineclaim.RetainsFailed(pool))
+	if pool.Spec.Placement != nil {
+		if err := r.loadOverflow(ctx, s); err != nil {
+			return phase.Stop(), err
+		}
+	}
+	s.claims = s.classifyClaims(owned, machineclaim.RetainsFailed(pool))
 	boundIdleToStarting(s.claims)
 
 	var jobs hfv1.CIJobList
@@ -63,6 +68,11 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, s *poolScope) (phase.Re
 			}
 		}
 	}
+	if pool.Spec.Placement != nil {
+		if err := r.derivePlacement(ctx, s); err != nil {
+			return phase.Stop(), err
+		}
+	}
 	return phase.Recheck(poolResync), nil
 }
 
@@ -76,10 +86,23 @@ func (s *poolScope) canBuild() (bool, string, string) {
 	if s.mismatch != "" {
 		return false, string(hfv1.InvalidSpecReason), s.mismatch
 	}
-	if ok, msg := s.templateReady(); !ok {
+	if ok, msg := s.templateReady(); !ok && (s.tmpl == nil || !s.overflowAvailable()) {
 		return false, string(hfv1.TemplateNotReadyReason), msg
 	}
 	return true, "", ""
+}
+
+// overflowAvailable reports whether a template of spec.placement other
+// than templateRef takes new VMs: the pool builds them there while
+// templateRef's cluster is down (templateRef itself must exist: the
+// pool's scope and credentials are its).
+func (s *poolScope) overflowAvailable() bool {
+	for _, t := range s.placement[min(1, len(s.placement)):] {
+		if t.State == hfv1.TemplateAvailable {
+			return true
+		}
+	}
+	return false
 }
 
 // templateReady reports whether new VMs can be built from the template.

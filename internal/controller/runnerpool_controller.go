@@ -30,6 +30,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
+	"github.com/hyperfleet/hyperfleet/internal/poolplacement"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/schedule"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -102,6 +103,9 @@ type RunnerPoolReconciler struct {
 	// pendingScale is the lastScaleTime of a pass whose write was held,
 	// by pool, until the next write carries it (carryScaleTime).
 	pendingScale sync.Map
+	// spillNoted is, by pool, the last spill its Spilled event announced
+	// (setPlacementStatus): the event is sent once per change.
+	spillNoted sync.Map
 }
 
 // JobReportSource is what the in-VM agents' power-off notices said of
@@ -203,11 +207,17 @@ type poolScope struct {
 	// What load read: the template (nil when missing) and its hash, the
 	// claims by state, the CIJobs by job id and the pending ones, and the
 	// claim Provisioned reasons that hold capacity back.
-	tmpl    *hfv1.HypervisorMachineTemplate
-	hash    string
-	claims  *poolclaims.Claims
-	jobs    map[string]*hfv1.CIJob // by job id (CIJobSpec.ID)
-	pending []*hfv1.CIJob
+	tmpl *hfv1.HypervisorMachineTemplate
+	hash string
+	// With spec.placement (runnerpool_placement.go): every template of the
+	// pool in priority order (templateRef first; nil when missing), their
+	// hashes by name, and their states and machines.
+	tmpls     []*hfv1.HypervisorMachineTemplate
+	hashes    map[string]string
+	placement []poolplacement.Template
+	claims    *poolclaims.Claims
+	jobs      map[string]*hfv1.CIJob // by job id (CIJobSpec.ID)
+	pending   []*hfv1.CIJob
 	// taken are the runners the pool's job records name (in_progress or
 	// completed): their claims are busy whether or not they recorded the
 	// job yet (takenToBusy).
@@ -242,6 +252,8 @@ type poolScope struct {
 	// schedWake wakes the pool when a window opens or closes.
 	schedWake phase.Result
 	created   int
+	// createdOn counts the claims created by template index (placement).
+	createdOn map[int]int
 	// The standby tier (runnerpool_standby.go): its size now, its claims
 	// as the decision saw them, the ones this pass took for the demand and
 	// the ones it created to refill it.
@@ -289,7 +301,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	defer func() { res, err = r.closePoolScope(ctx, s, res, err) }()
 
 	return phase.Run(ctx, s, r.load, r.verifyScope, r.ensureListener, r.reportWebhookSecret, r.observeAttempts, r.enforceLifecycle,
-		r.scale, r.prune, r.collectJobs)
+		r.spill, r.scale, r.prune, r.collectJobs)
 }
 
 // newPoolScope opens the scope of one reconcile at now.
@@ -299,7 +311,7 @@ func (r *RunnerPoolReconciler) newPoolScope(pool *hfv1.RunnerPool, claims []hfv1
 		refused:   refusal.Pool(r.Workloads, pool),
 		blockers:  map[string]int{},
 		undecided: map[types.UID]bool{}, vouched: map[types.UID]bool{},
-		removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{},
+		removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{}, createdOn: map[int]int{},
 	}
 	s.schedWake = r.evaluateSchedules(s)
 	return s
@@ -333,6 +345,7 @@ func (r *RunnerPoolReconciler) closePoolScope(ctx context.Context, s *poolScope,
 // metrics (its claims are garbage-collected through their owner reference).
 func (r *RunnerPoolReconciler) forgetPool(ctx context.Context, key types.NamespacedName) error {
 	r.expect.Forget(key)
+	r.spillNoted.Delete(key)
 	if r.Feeds != nil {
 		r.Feeds.Stop(key)
 	}

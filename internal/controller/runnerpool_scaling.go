@@ -41,7 +41,7 @@ func (r *RunnerPoolReconciler) scale(ctx context.Context, s *poolScope) (phase.R
 		res = res.Sooner(s.tier.nextExpiry.Sub(s.now))
 	}
 	for _, c := range slices.Concat(staleStarting[:d.RemoveStaleStarting], staleIdle[:d.RemoveStaleIdle]) {
-		msg := fmt.Sprintf("built from template hash %s; the template is now %s", shortHash(c.Status.TemplateHash), shortHash(s.hash))
+		msg := fmt.Sprintf("built from template hash %s; the template is now %s", shortHash(c.Status.TemplateHash), shortHash(s.templateHash(c)))
 		if err := r.endClaim(ctx, s, c, scaling.DriftReplaced, msg, false); err != nil {
 			return phase.Stop(), err
 		}
@@ -126,8 +126,14 @@ func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n
 		// The tier's VMs wait for no job in particular.
 		jobs = nil
 	}
+	on := make([]int, n)
+	if s.createdOn == nil {
+		s.createdOn = map[int]int{}
+	}
 	for i := range claims {
-		claims[i] = r.newClaim(s)
+		var tmpl *hfv1.HypervisorMachineTemplate
+		tmpl, on[i] = s.templateFor()
+		claims[i] = r.newClaim(s, tmpl)
 		claims[i].Spec.Standby = standby
 		// A new claim for a queued job that no claim is made for yet is
 		// made for it, on a platform that binds claims to jobs; the rest
@@ -156,10 +162,11 @@ func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n
 	if standby {
 		action = "create_standby"
 	}
-	for _, err := range errs {
+	for i, err := range errs {
 		if err != nil {
 			continue
 		}
+		s.createdOn[on[i]]++
 		if standby {
 			s.createdStandby++
 		} else {
@@ -261,15 +268,24 @@ func bindJob(wc *hfv1.WorkloadConfig, job string) bool {
 	return true
 }
 
-// newClaim is a new claim for the pool, named <pool>-<suffix>.
-func (r *RunnerPoolReconciler) newClaim(s *poolScope) *hfv1.MachineClaim {
+// newClaim is a new claim for the pool, named <pool>-<suffix>, built
+// from tmpl: templateRef's, or the one placement chose (templateFor). Its
+// workload is the pool's, read with templateRef (an overflow template
+// bootstraps as templateRef does).
+func (r *RunnerPoolReconciler) newClaim(s *poolScope, tmpl *hfv1.HypervisorMachineTemplate) *hfv1.MachineClaim {
 	pool := s.pool
-	labels, annotations := templateClaimMetadata(s.tmpl)
+	ref, hash := pool.Spec.TemplateRef, s.hash
+	if tmpl != nil && tmpl != s.tmpl {
+		ref, hash = hfv1.ObjectName{Name: tmpl.Name}, tmpl.Status.TemplateHash
+	} else {
+		tmpl = s.tmpl
+	}
+	labels, annotations := templateClaimMetadata(tmpl)
 	labels[hfv1.ManagedByLabel] = hfv1.ManagedByValue
 	labels[hfv1.RunnerPoolLabel] = pool.Name
-	labels[hfv1.MachineTemplateLabel] = pool.Spec.TemplateRef.Name
-	if s.tmpl != nil {
-		labels[hfv1.HypervisorClusterLabel] = s.tmpl.Spec.HypervisorClusterRef.Name
+	labels[hfv1.MachineTemplateLabel] = ref.Name
+	if tmpl != nil {
+		labels[hfv1.HypervisorClusterLabel] = tmpl.Spec.HypervisorClusterRef.Name
 	}
 	claim := &hfv1.MachineClaim{
 		ObjectMeta: metav1.ObjectMeta{
@@ -284,12 +300,12 @@ func (r *RunnerPoolReconciler) newClaim(s *poolScope) *hfv1.MachineClaim {
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pool, hfv1.GroupVersion.WithKind("RunnerPool"))},
 		},
 		Spec: hfv1.MachineClaimSpec{
-			TemplateRef:   pool.Spec.TemplateRef,
+			TemplateRef:   ref,
 			RunnerPoolRef: &hfv1.ObjectName{Name: pool.Name},
 		},
 	}
-	if s.hash != "" {
-		claim.Labels[hfv1.TemplateHashLabel] = s.hash[:min(63, len(s.hash))]
+	if hash != "" {
+		claim.Labels[hfv1.TemplateHashLabel] = hash[:min(63, len(hash))]
 	}
 	if _, ps, ok := r.Workloads.Pool(pool, s.tmpl); ok {
 		// A copy: bindJob writes into it.

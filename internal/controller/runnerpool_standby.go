@@ -102,7 +102,7 @@ func standbyUnsupported(tmpl *hfv1.HypervisorMachineTemplate) string {
 // (scale).
 func (r *RunnerPoolReconciler) applyStandby(ctx context.Context, s *poolScope, t standbyTier, d scaling.Decision) error {
 	for _, c := range t.stale[:d.RemoveStaleStandby] {
-		msg := fmt.Sprintf("a standby VM built from template hash %s; the template is now %s", shortHash(c.Status.TemplateHash), shortHash(s.hash))
+		msg := fmt.Sprintf("a standby VM built from template hash %s; the template is now %s", shortHash(c.Status.TemplateHash), shortHash(s.templateHash(c)))
 		if err := r.endClaim(ctx, s, c, scaling.DriftReplaced, msg, false); err != nil {
 			return err
 		}

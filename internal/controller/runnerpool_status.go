@@ -28,6 +28,7 @@ func (r *RunnerPoolReconciler) updateStatus(ctx context.Context, s *poolScope) {
 	r.setScaling(ctx, s)
 	r.setCapacity(s)
 	r.setStandbyStatus(s)
+	r.setPlacementStatus(s)
 	s.recordMetrics()
 }
 
@@ -147,7 +148,7 @@ func (r *RunnerPoolReconciler) setCapacity(s *poolScope) {
 		set(string(hfv1.InvalidSpecReason), "No new VMs: "+s.mismatch)
 		return
 	}
-	if ok, msg := s.templateReady(); !ok {
+	if ok, msg := s.templateReady(); !ok && (s.tmpl == nil || !s.overflowAvailable()) {
 		set(string(hfv1.TemplateInvalidReason), "No new VMs: "+msg)
 		return
 	}

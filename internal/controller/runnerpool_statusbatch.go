@@ -92,6 +92,13 @@ func countsOnly(before, after *hfv1.RunnerPool) bool {
 	if b.Status.LastScaleTime != nil {
 		a.Status.LastScaleTime = b.Status.LastScaleTime
 	}
+	// The machines of status.placement are counts too; a template's
+	// state or message is not.
+	if len(a.Status.Placement) == len(b.Status.Placement) {
+		for i := range a.Status.Placement {
+			a.Status.Placement[i].Machines = b.Status.Placement[i].Machines
+		}
+	}
 	if sameBackoff(b.Status.ReplacementBackoff, a.Status.ReplacementBackoff) {
 		a.Status.ReplacementBackoff = b.Status.ReplacementBackoff
 	}

@@ -1,5 +1,7 @@
 package metrics
 
+import "github.com/prometheus/client_golang/prometheus"
+
 var (
 	// PoolDesiredReplicas is the size each RunnerPool moves to.
 	PoolDesiredReplicas = NewGaugeVec("runnerpool_desired_replicas",
@@ -16,6 +18,17 @@ var (
 	PoolReplicas = NewGaugeVec("runnerpool_replicas",
 		"A RunnerPool's VMs by state: starting, idle, busy, terminating, retained (failed, kept for debugging).",
 		"namespace", "pool", "state")
+
+	// PoolTemplateState is, for each template of a RunnerPool with
+	// spec.placement, 1 for its state and 0 for the others.
+	PoolTemplateState = NewGaugeVec("runnerpool_template_state",
+		"For each template of a RunnerPool with spec.placement, 1 for its state (Available, Full, OverQuota, Unreachable, Invalid) and 0 for the others.",
+		"namespace", "pool", "template", "state")
+
+	// PoolTemplateMachines counts a RunnerPool's VMs by template.
+	PoolTemplateMachines = NewGaugeVec("runnerpool_template_machines",
+		"The VMs of a RunnerPool with spec.placement built from each of its templates and not finished.",
+		"namespace", "pool", "template")
 
 	// PoolPendingJobs is each RunnerPool's queued jobs without a runner.
 	PoolPendingJobs = NewGaugeVec("runnerpool_pending_jobs",
@@ -73,6 +86,7 @@ func ForgetPool(namespace, pool string) {
 	PoolEffectiveMinimum.DeleteLabelValues(namespace, pool, "minReplicas")
 	PoolEffectiveMinimum.DeleteLabelValues(namespace, pool, "minIdle")
 	PoolStandbySize.DeleteLabelValues(namespace, pool)
+	ForgetPoolTemplates(namespace, pool)
 	for _, s := range []string{"ready", "refilling", "resuming"} {
 		PoolStandby.DeleteLabelValues(namespace, pool, s)
 	}
@@ -82,4 +96,37 @@ func ForgetPool(namespace, pool string) {
 	for _, s := range []string{"starting", "idle", "busy", "terminating", "retained"} {
 		PoolReplicas.DeleteLabelValues(namespace, pool, s)
 	}
+}
+
+// PoolTemplate is one entry of a pool's status.placement.
+type PoolTemplate struct {
+	Name, State string
+	Machines    int32
+}
+
+// TemplateStates are the states PoolTemplateState reports (the API's
+// TemplatePlacementState values).
+var TemplateStates = []string{"Available", "Full", "OverQuota", "Unreachable", "Invalid"}
+
+// SetPoolTemplates reports a pool's status.placement: its templates'
+// states and machines. A template the pool no longer names is dropped.
+func SetPoolTemplates(namespace, pool string, placement []PoolTemplate) {
+	ForgetPoolTemplates(namespace, pool)
+	for _, t := range placement {
+		for _, s := range TemplateStates {
+			v := 0.0
+			if t.State == s {
+				v = 1
+			}
+			PoolTemplateState.WithLabelValues(namespace, pool, t.Name, s).Set(v)
+		}
+		PoolTemplateMachines.WithLabelValues(namespace, pool, t.Name).Set(float64(t.Machines))
+	}
+}
+
+// ForgetPoolTemplates drops a pool's template series.
+func ForgetPoolTemplates(namespace, pool string) {
+	labels := prometheus.Labels{"namespace": namespace, "pool": pool}
+	PoolTemplateState.DeletePartialMatch(labels)
+	PoolTemplateMachines.DeletePartialMatch(labels)
 }

@@ -52,6 +52,18 @@ type Claims struct {
 // Classify sorts claims by state. hash is the pool's current
 // template hash (empty when unknown: nothing is stale then).
 func Classify(claims []hfv1.MachineClaim, hash string, retains bool) *Claims {
+	return classify(claims, func(*hfv1.MachineClaim) string { return hash }, retains)
+}
+
+// ClassifyTemplates sorts the claims of a pool with several templates
+// (spec.placement) by state: each claim is stale against the current hash
+// of its own template, hashes[spec.templateRef.name] (a template without
+// a hash there makes none of its claims stale).
+func ClassifyTemplates(claims []hfv1.MachineClaim, hashes map[string]string, retains bool) *Claims {
+	return classify(claims, func(c *hfv1.MachineClaim) string { return hashes[c.Spec.TemplateRef.Name] }, retains)
+}
+
+func classify(claims []hfv1.MachineClaim, hashOf func(*hfv1.MachineClaim) string, retains bool) *Claims {
 	pc := &Claims{Stale: map[types.UID]bool{}}
 	for i := range claims {
 		c := &claims[i]
@@ -74,7 +86,7 @@ func Classify(claims []hfv1.MachineClaim, hash string, retains bool) *Claims {
 		case StandbyBuilding:
 			pc.StandbyBuilding = append(pc.StandbyBuilding, c)
 		}
-		if state != Terminating && state != Retained && state != Finished && state != Deleted &&
+		if hash := hashOf(c); state != Terminating && state != Retained && state != Finished && state != Deleted &&
 			hash != "" && c.Status.TemplateHash != "" && c.Status.TemplateHash != hash {
 			pc.Stale[c.UID] = true
 		}

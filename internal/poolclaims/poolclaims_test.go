@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
@@ -160,5 +161,33 @@ func TestStateOfAdminActions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestClassifyTemplatesJudgesEachClaimByItsTemplate: in a pool with
+// several templates a claim is stale against its own template's hash; the
+// primary template's hash would call every overflow VM stale and replace
+// it at once.
+func TestClassifyTemplatesJudgesEachClaimByItsTemplate(t *testing.T) {
+	claim := func(uid, tmpl, hash string) hfv1.MachineClaim {
+		c := hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)}}
+		c.Spec.TemplateRef.Name = tmpl
+		c.Status.TemplateHash = hash
+		return c
+	}
+	claims := []hfv1.MachineClaim{claim("a-fresh", "a", "ha2"), claim("a-old", "a", "ha1"), claim("b-fresh", "b", "hb1"),
+		claim("b-old", "b", "hb0"), claim("c-any", "c", "hc0")}
+	pc := ClassifyTemplates(claims, map[string]string{"a": "ha2", "b": "hb1"}, false)
+	want := map[types.UID]bool{"a-old": true, "b-old": true}
+	if len(pc.Stale) != len(want) {
+		t.Fatalf("stale %v, want %v", pc.Stale, want)
+	}
+	for uid := range want {
+		if !pc.Stale[uid] {
+			t.Errorf("%s not stale; stale: %v", uid, pc.Stale)
+		}
+	}
+	if single := Classify(claims, "ha2", false); !single.Stale["b-fresh"] {
+		t.Error("Classify with one hash no longer judges every claim by it")
 	}
 }

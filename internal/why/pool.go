@@ -55,6 +55,7 @@ func uniquePool(w *World, t Target) (*hfv1.RunnerPool, string) {
 // its claims. verdict describes the pool when nothing blocks.
 func walkPool(w *World, pool *hfv1.RunnerPool) (links []Link, b *Blocker, verdict string) {
 	links = append(links, poolLink(pool))
+	links = append(links, placementLinks(pool)...)
 	tmpl := findTemplate(w, pool.Namespace, pool.Spec.TemplateRef.Name)
 	var cluster *hfv1.HypervisorCluster
 	if tmpl != nil {
@@ -74,9 +75,9 @@ func walkPool(w *World, pool *hfv1.RunnerPool) (links []Link, b *Blocker, verdic
 	for _, check := range []func() *Blocker{
 		func() *Blocker { return poolDeleting(pool) },
 		func() *Blocker { return scopeBlocker(pool) },
-		func() *Blocker { return templateBlocker(pool, tmpl) },
-		func() *Blocker { return clusterBlocker(tmpl, cluster) },
-		func() *Blocker { return capacityBlocker(w, pool, tmpl, claims) },
+		func() *Blocker { return overflowed(pool, templateBlocker(pool, tmpl)) },
+		func() *Blocker { return overflowed(pool, clusterBlocker(tmpl, cluster)) },
+		func() *Blocker { return overflowed(pool, capacityBlocker(w, pool, tmpl, claims)) },
 		func() *Blocker { return poolNotReady(pool) },
 		func() *Blocker { return claimsBlocker(w, claims) },
 	} {
@@ -108,6 +109,36 @@ func poolLink(pool *hfv1.RunnerPool) Link {
 		state += "; CapacityAvailable False (" + c.Reason + ")"
 	}
 	return Link{Kind: "RunnerPool", Name: nsName(pool.Namespace, pool.Name), State: state}
+}
+
+// placementLinks are the rows of status.placement of a pool with
+// spec.placement: each template, its cluster, the VMs it holds and
+// whether it takes new ones, and why not.
+func placementLinks(pool *hfv1.RunnerPool) []Link {
+	var links []Link
+	for _, t := range pool.Status.Placement {
+		state := fmt.Sprintf("%s on HypervisorCluster %s; %s", t.State, t.HypervisorCluster, plural(int(t.Machines), "VM"))
+		if t.Message != "" {
+			state += ": " + t.Message
+		}
+		links = append(links, Link{Kind: "Placement", Name: nsName(pool.Namespace, t.Name), State: state})
+	}
+	return links
+}
+
+// overflowed drops a blocker of the pool's templateRef (its template,
+// cluster or capacity) while another template of spec.placement takes the
+// pool's new VMs (status.placement): the pool builds them there.
+func overflowed(pool *hfv1.RunnerPool, b *Blocker) *Blocker {
+	if b == nil {
+		return nil
+	}
+	for i, t := range pool.Status.Placement {
+		if i > 0 && t.State == hfv1.TemplateAvailable {
+			return nil
+		}
+	}
+	return b
 }
 
 func templateLink(t *hfv1.HypervisorMachineTemplate) Link {

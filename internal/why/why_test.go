@@ -241,15 +241,7 @@ func TestExplain(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(w)
 			}
-			target, err := ParseTarget(tc.target, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := Explain(w, target)
-			var text bytes.Buffer
-			if err := r.WriteText(&text); err != nil {
-				t.Fatal(err)
-			}
+			r, text := explainText(t, w, tc.target)
 			t.Log("\n" + text.String())
 			if tc.wantReason == "" {
 				if r.Blocked != nil || r.Verdict == "" {
@@ -388,4 +380,59 @@ func TestSummarize(t *testing.T) {
 	if !strings.Contains(text.String(), "Ready/AtMaxReplicas") || !strings.Contains(text.String(), "3/3") {
 		t.Errorf("text:\n%s", text.String())
 	}
+}
+
+// TestExplainOverflow: a pool with spec.placement shows its placement
+// table, and its templateRef's cluster being down blocks nothing while
+// another template takes the pool's VMs; when none does, it blocks again.
+// Mutation: overflowed returning its blocker unchanged fails "spilled".
+func TestExplainOverflow(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		other      hfv1.TemplatePlacementState
+		wantReason string
+	}{
+		{name: "spilled", other: hfv1.TemplateAvailable},
+		{name: "nowhere to spill", other: hfv1.TemplateFull, wantReason: "Unreachable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := healthyWorld(t)
+			setCond(&w.Clusters[0].Status.Conditions, cond(hfv1.HypervisorClusterConnectedCondition, metav1.ConditionFalse, hfv1.UnreachableReason, "connection refused"))
+			p := pool0(w)
+			p.Spec.Placement = &hfv1.PoolPlacement{Strategy: hfv1.PlacementPack, Templates: []hfv1.ObjectName{{Name: "ubuntu-b"}}}
+			p.Status.Placement = []hfv1.TemplatePlacement{
+				{Name: "ubuntu", HypervisorCluster: "pve", Machines: 1, State: hfv1.TemplateUnreachable, Message: "HypervisorCluster pve is not connected: connection refused"},
+				{Name: "ubuntu-b", HypervisorCluster: "pve-b", Machines: 2, State: tc.other},
+			}
+			r, text := explainText(t, w, "pool/linux")
+			out := text.String()
+			for _, want := range []string{"Placement", "team-a/ubuntu", "Unreachable on HypervisorCluster pve; 1 VM: HypervisorCluster pve is not connected",
+				"team-a/ubuntu-b", string(tc.other) + " on HypervisorCluster pve-b; 2 VMs"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("report lacks %q:\n%s", want, out)
+				}
+			}
+			switch {
+			case tc.wantReason == "" && r.Blocked != nil:
+				t.Errorf("blocked while another template takes VMs:\n%s", out)
+			case tc.wantReason != "" && (r.Blocked == nil || r.Blocked.Reason != tc.wantReason):
+				t.Errorf("want blocked by %s:\n%s", tc.wantReason, out)
+			}
+		})
+	}
+}
+
+// explainText explains target in w, and the report as WriteText prints it.
+func explainText(t *testing.T, w *World, target string) (Report, *bytes.Buffer) {
+	t.Helper()
+	tg, err := ParseTarget(target, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Explain(w, tg)
+	var text bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	return r, &text
 }

@@ -74,6 +74,7 @@ func TestChaos(t *testing.T) {
 	run.plan()
 	run.loop(ctx, t)
 	run.finalChecks(ctx, t)
+	run.checkOverflow()
 	if load := envInt("CHAOS_LOAD", 0); load > 0 {
 		run.load = measureLoad(ctx, t, run)
 	}
@@ -118,6 +119,9 @@ type churn struct {
 	unplanned  int
 	converged  time.Duration
 	feedLength time.Duration
+	// cutAt and healedAt bound cluster B's partition (overflowPool's
+	// spill and return are judged against them).
+	cutAt, healedAt time.Time
 	// githubCalls and proxmoxCalls are the calls made by the time the
 	// jobs were done.
 	githubCalls, proxmoxCalls int64
@@ -206,8 +210,9 @@ func (r *churn) plan() {
 			if err := c.link.Cut(); err != nil {
 				c.t.Fatal(err)
 			}
+			r.cutAt = time.Now()
 			r.injected["network partitions between the manager and "+clusterB+" (25 s)"]++
-			r.after(25*time.Second, func() { _ = c.link.Heal() })
+			r.after(25*time.Second, func() { _ = c.link.Heal(); r.healedAt = time.Now() })
 		}},
 		{at: 0.60, name: "kill the leader", do: func() { r.killReplica(true) }},
 		{at: 0.70, name: "GitHub secondary rate limits", do: func() {

@@ -34,6 +34,15 @@ type recorder struct {
 	// holds the first few violations of each.
 	checks     map[string]int
 	violations map[string][]string
+	// created are the claims of overflowPool as they were first seen:
+	// when, and the template each was built from.
+	created []createdClaim
+}
+
+// createdClaim is a claim first seen at at, built from template.
+type createdClaim struct {
+	at       time.Time
+	template string
 }
 
 func newRecorder() *recorder {
@@ -82,6 +91,9 @@ func (r *recorder) observe(typ watch.EventType, c *hfv1.MachineClaim) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	uid := string(c.UID)
+	if _, seen := r.names[uid]; !seen && c.Spec.RunnerPoolRef != nil && c.Spec.RunnerPoolRef.Name == overflowPool {
+		r.created = append(r.created, createdClaim{at: time.Now(), template: c.Spec.TemplateRef.Name})
+	}
 	r.names[uid] = c.Namespace + "/" + c.Name
 	if h := r.history[uid]; len(h) == 0 || !strings.HasSuffix(h[len(h)-1], line[len("15:04:05.000"):]) {
 		if len(h) >= 200 {
@@ -178,10 +190,11 @@ const (
 	invConverged    = "pools back to their minimum within the bound"
 	invWebhooksUp   = "the webhook receiver answers through leader failovers"
 	invLeaderUnique = "at most one leader at a time"
+	invOverflow     = "an overflowing pool spills to its next cluster during a partition and returns after it"
 )
 
 // invariantOrder is the report's order.
-var invariantOrder = []string{invOneVM, invBusy, invLeaderUnique, invWebhooksUp, invOnce, invVMs, invISOs, invIPs, invRunners, invSPIRE, invConverged}
+var invariantOrder = []string{invOneVM, invBusy, invLeaderUnique, invWebhooksUp, invOnce, invVMs, invISOs, invIPs, invRunners, invSPIRE, invConverged, invOverflow}
 
 // busyRunners checks that no runner holding a job was removed before its
 // job completed: prev are the busy runners of the last sample (runner id
@@ -260,4 +273,40 @@ func (p *prober) gap(from, to time.Time) time.Duration {
 		}
 	}
 	return longest
+}
+
+// overflowFigures counts overflowPool's claims by where and when they
+// were built: on its overflow template during cluster B's partition (its
+// detection can lag the cut, so until the heal), and on its own template
+// after the heal.
+func (r *churn) overflowFigures() (spilled, returned, before int) {
+	r.rec.mu.Lock()
+	defer r.rec.mu.Unlock()
+	for _, c := range r.rec.created {
+		switch {
+		case r.cutAt.IsZero() || c.at.Before(r.cutAt):
+			before++
+		case c.template == devenv.OverflowTemplate(overflowPool) && (r.healedAt.IsZero() || !c.at.After(r.healedAt)):
+			spilled++
+		case !r.healedAt.IsZero() && c.at.After(r.healedAt) && c.template == overflowPool:
+			returned++
+		}
+	}
+	return spilled, returned, before
+}
+
+// checkOverflow: while cluster B was partitioned overflowPool built VMs
+// on cluster A, and after the heal on B again.
+func (r *churn) checkOverflow() {
+	spilled, returned, _ := r.overflowFigures()
+	violation := ""
+	switch {
+	case r.cutAt.IsZero() || r.healedAt.IsZero():
+		violation = "the run ended before the partition was healed"
+	case spilled == 0:
+		violation = fmt.Sprintf("no claim of %s was built from %s during the partition", overflowPool, devenv.OverflowTemplate(overflowPool))
+	case returned == 0:
+		violation = fmt.Sprintf("no claim of %s was built from its own template on %s after the partition", overflowPool, clusterB)
+	}
+	r.rec.check(invOverflow, violation)
 }

@@ -77,6 +77,9 @@ func (r *churn) report() string {
 		}
 		p("| %s | %d | %s |\n", name, r.rec.checks[name], res)
 	}
+	spilled, returned, before := r.overflowFigures()
+	p("\nOverflow across clusters: `%s` (templateRef on `%s`, `spec.placement` template `%s` on `%s`, strategy pack) built %d VMs before the partition, %d on `%s` while `%s` was partitioned, and %d on `%s` again after it healed ([runnerpool.md](runnerpool.md#overflow-across-clusters)).\n",
+		overflowPool, clusterB, devenv.OverflowTemplate(overflowPool), clusterA, before, spilled, clusterA, clusterB, returned, clusterB)
 	p("\nConvergence: the pools were back to their minimum, with nothing left over, %s after the last fault ended (bound: %s).\n\n", secs(r.converged), convergenceBound)
 
 	p("## Leader failovers\n\n")

@@ -30,11 +30,15 @@ const (
 	offlineNode     = "pve2"
 	partitionedPool = "b-dhcp"
 	staticPool      = "a-static"
+	// overflowPool builds its VMs on cluster B and spills them to cluster
+	// A (spec.placement) while B is partitioned.
+	overflowPool = "b-overflow"
 )
 
 // chaosPools are the run's pools: the world's SPIFFE pool (attesting VMs,
 // so SPIRE entries can leak), two on cluster A (DHCP and static addresses
-// from an IPPool) and one on the partitioned cluster B.
+// from an IPPool), one on the partitioned cluster B, and one on B that
+// overflows to A.
 func chaosPools() []devenv.PoolSpec {
 	return []devenv.PoolSpec{
 		{Name: devenv.PoolName, Cluster: devenv.ClusterName, Label: devenv.JobLabel, MinReplicas: 0, MaxReplicas: 3, Attest: true},
@@ -42,6 +46,7 @@ func chaosPools() []devenv.PoolSpec {
 		{Name: staticPool, Cluster: clusterA, Label: "chaos-a-static", MinReplicas: 1, MaxReplicas: 5,
 			IPPool: &hfv1.IPPoolSpec{Addresses: []string{"192.168.50.10-192.168.50.40"}, Prefix: 24, Gateways: []string{"192.168.50.1"}}},
 		{Name: partitionedPool, Cluster: clusterB, Label: "chaos-b-dhcp", MinReplicas: 1, MaxReplicas: 8},
+		{Name: overflowPool, Cluster: clusterB, OverflowCluster: clusterA, Label: "chaos-b-overflow", MinReplicas: 1, MaxReplicas: 4},
 	}
 }
 

@@ -47,7 +47,8 @@ const (
 	JobRunner = "status.runnerName"
 	// JobPool maps a RunnerPool name to the CIJobs routed to it.
 	JobPool = "spec.runnerPoolRef.name"
-	// PoolTemplate maps a template name to the RunnerPools using it.
+	// PoolTemplate maps a template name to the RunnerPools using it: as
+	// spec.templateRef or in spec.placement.templates.
 	PoolTemplate = "spec.templateRef.name"
 )
 
@@ -116,7 +117,14 @@ func All(ws *workload.Backends) []Index {
 			return []string{o.(*hfv1.CIJob).Spec.RunnerPoolRef.Name}
 		}},
 		{&hfv1.RunnerPool{}, PoolTemplate, func(o client.Object) []string {
-			return []string{o.(*hfv1.RunnerPool).Spec.TemplateRef.Name}
+			pool := o.(*hfv1.RunnerPool)
+			names := []string{pool.Spec.TemplateRef.Name}
+			if p := pool.Spec.Placement; p != nil {
+				for _, t := range p.Templates {
+					names = append(names, t.Name)
+				}
+			}
+			return names
 		}},
 		{&hfv1.HypervisorMachineTemplate{}, TemplateCluster, func(o client.Object) []string {
 			return []string{o.(*hfv1.HypervisorMachineTemplate).Spec.HypervisorClusterRef.Name}

@@ -107,7 +107,16 @@ type PoolSpec struct {
 	// (spec.workload.github.scaleSet), in the organization's Default
 	// runner group.
 	ScaleSet string
+	// OverflowCluster, when set, gives the pool a second template,
+	// <Name>-overflow, a copy of its own on that cluster, in
+	// spec.placement (strategy pack): the pool's VMs spill there when
+	// Cluster cannot take them.
+	OverflowCluster string
 }
+
+// OverflowTemplate is the name of the overflow template AddPool makes for
+// a pool with PoolSpec.OverflowCluster.
+func OverflowTemplate(pool string) string { return pool + "-overflow" }
 
 // AddPool creates a RunnerPool and its template, copies of the world's
 // (bootstrap, cloud-init, attestation, resources) on spec.Cluster, taking
@@ -139,6 +148,13 @@ func (w *World) AddPool(ctx context.Context, spec PoolSpec) error {
 		pool.Spec.Workload.GitHub.ScaleSet = &hfv1.GitHubScaleSet{Name: spec.ScaleSet}
 	}
 	created = append(created, tmpl, pool)
+	if spec.OverflowCluster != "" {
+		over := tmpl.DeepCopy()
+		over.Name = OverflowTemplate(spec.Name)
+		over.Spec.HypervisorClusterRef = hfv1.ObjectName{Name: spec.OverflowCluster}
+		pool.Spec.Placement = &hfv1.PoolPlacement{Strategy: hfv1.PlacementPack, Templates: []hfv1.ObjectName{{Name: over.Name}}}
+		created = append(created, over)
+	}
 	for _, o := range created {
 		if err := w.API.Client.Create(ctx, o); err != nil {
 			return fmt.Errorf("devenv: create %T %s: %w", o, o.GetName(), err)
