@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -319,7 +320,7 @@ func setCluster(t *testing.T, w *poolWorld, c *hfv1.HypervisorCluster) {
 	if err := w.c.Get(context.Background(), client.ObjectKey{Name: c.Name}, cur); err != nil {
 		t.Fatal(err)
 	}
-	cur.Status = c.Status
+	cur.Spec, cur.Status = c.Spec, c.Status
 	if err := w.c.Update(context.Background(), cur); err != nil {
 		t.Fatal(err)
 	}
@@ -349,5 +350,40 @@ func TestPlacementMachinesWaitWithTheCounts(t *testing.T) {
 	after.Status.Placement[1].State = hfv1.TemplateFull
 	if countsOnly(before, after) {
 		t.Error("a change of a template's state waits with the counts")
+	}
+}
+
+// TestOverflowFullAtMaxMachines: a cluster holding its
+// spec.limits.maxMachines of the install's claims' VMs is Full before any
+// claim of the pool waits there (another pool's VMs count too), so the
+// pool's first claims go to the next template; raising the cap makes it
+// Available again.
+func TestOverflowFullAtMaxMachines(t *testing.T) {
+	w, _ := newOverflowWorld(t, hfv1.PlacementPack)
+	capped := overflowCluster("alpha", true)
+	capped.Spec.Limits = &hfv1.HypervisorLimits{MaxMachines: ptr.To[int32](1)}
+	setCluster(t, w, capped)
+	other := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "elsewhere"},
+		Spec: hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: "x"}}}
+	if err := w.c.Create(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	other.Status.VMRef = hfv1.NewVMReference("alpha", "proxmox://4000", "pve1")
+	if err := w.c.Status().Update(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	w.pass()
+	on := w.onTemplate()
+	if len(on["debian"]) != 0 || len(on["debian-beta"]) != 2 {
+		t.Fatalf("alpha at maxMachines: claims by template %v, want both on debian-beta", claimNamesByTemplate(on))
+	}
+	if a := placementOf(t, w.pool(), "debian"); a.State != hfv1.TemplateFull || !strings.Contains(a.Message, "at its spec.limits.maxMachines (1)") {
+		t.Errorf("debian with alpha at maxMachines: %+v, want Full naming the cap", a)
+	}
+	capped.Spec.Limits.MaxMachines = ptr.To[int32](4)
+	setCluster(t, w, capped)
+	w.pass()
+	if a := placementOf(t, w.pool(), "debian"); a.State != hfv1.TemplateAvailable {
+		t.Errorf("debian with alpha's cap raised: %+v, want Available", a)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
@@ -176,7 +177,35 @@ func (r *RunnerPoolReconciler) clusterFacts(ctx context.Context, t *hfv1.Hypervi
 		return polled, nil
 	}
 	f.Full = memoryShort(cluster, t)
+	if f.Full == "" {
+		full, err := r.atMaxMachines(ctx, cluster)
+		if err != nil {
+			return polled, err
+		}
+		f.Full = full
+	}
 	return polled, nil
+}
+
+// atMaxMachines says that cluster holds as many of the install's VMs as
+// its spec.limits.maxMachines allows, counted from the claims whose VM is
+// on it (the cap placement enforces counts the install's VMs, which are
+// its claims'), so that a template there is Full whether or not one of
+// the pool's claims waits on it; "" when it has room or sets no cap.
+func (r *RunnerPoolReconciler) atMaxMachines(ctx context.Context, cluster *hfv1.HypervisorCluster) (string, error) {
+	lim := cluster.Spec.Limits
+	if lim == nil || lim.MaxMachines == nil {
+		return "", nil
+	}
+	var claims hfv1.MachineClaimList
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{fieldindex.ClaimCluster: cluster.Name}); err != nil {
+		return "", fmt.Errorf("list the MachineClaims on HypervisorCluster %s: %w", cluster.Name, err)
+	}
+	if n := len(claims.Items); n >= int(*lim.MaxMachines) {
+		return fmt.Sprintf("HypervisorCluster %s is at its spec.limits.maxMachines (%d): %d claims' VMs are on it (%s)",
+			cluster.Name, *lim.MaxMachines, n, hfv1.MaxMachinesReachedReason), nil
+	}
+	return "", nil
 }
 
 // memoryShort says that no online node of cluster has the memory a VM of
@@ -274,10 +303,18 @@ func (r *RunnerPoolReconciler) spill(ctx context.Context, s *poolScope) (phase.R
 				out = append(out, c)
 				continue
 			}
-			r.expect.Ended(client.ObjectKeyFromObject(s.pool), c.UID, r.Clock.Now())
-			if err := r.Client.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
+			// Only the claim as read: one whose controller has placed it
+			// since (its record written, the cache not showing it yet)
+			// has another resourceVersion, and stays.
+			err := r.Client.Delete(ctx, c, client.Preconditions{UID: &c.UID, ResourceVersion: &c.ResourceVersion})
+			switch {
+			case apierrors.IsConflict(err):
+				out = append(out, c)
+				continue
+			case err != nil && !apierrors.IsNotFound(err):
 				return nil, fmt.Errorf("delete MachineClaim %s to place it on another template: %w", c.Name, err)
 			}
+			r.expect.Ended(client.ObjectKeyFromObject(s.pool), c.UID, r.Clock.Now())
 			s.placement[i].Machines--
 			// Its wait no longer holds the pool's capacity back
 			// (CapacityAvailable): its replacement goes elsewhere.

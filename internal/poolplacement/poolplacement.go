@@ -53,7 +53,7 @@ func StateOf(f Facts) (hfv1.TemplatePlacementState, string) {
 		var parts []string
 		for _, r := range reasons {
 			if n := f.Waiting[r]; n > 0 {
-				parts = append(parts, fmt.Sprintf("%d of the pool's claims wait with %s", n, r))
+				parts = append(parts, fmt.Sprintf("%d%s%s", n, claimsWait, r))
 			}
 		}
 		return strings.Join(parts, ", ")
@@ -78,6 +78,11 @@ func StateOf(f Facts) (hfv1.TemplatePlacementState, string) {
 	}
 	return hfv1.TemplateAvailable, ""
 }
+
+// claimsWait is in the message of a state the pool's waiting claims
+// showed (StateOf), and in no message of a state the cluster's own status
+// showed: Carry tells them apart by it.
+const claimsWait = " of the pool's claims wait with "
 
 // SpillReasons are the Provisioned reasons of an unplaced claim that a
 // template other than its own may serve: its own cluster is full,
@@ -168,10 +173,15 @@ func FirstUnavailable(ts []Template, i int) int {
 // room: one of the pool's VMs on the template ended (machines, the
 // pool's live claims on it now, fell below prev.Machines), or the
 // cluster's status was refreshed after prev.Since (polled: its
-// status.lastPollTime; zero when unknown). It reports the state and
+// status.lastPollTime; zero when unknown). A state the cluster's own
+// status showed is never carried. It reports the state and
 // message to use, and whether they are prev's.
 func Carry(prev *hfv1.TemplatePlacement, state hfv1.TemplatePlacementState, msg string, machines int, polled time.Time) (hfv1.TemplatePlacementState, string, bool) {
-	if prev == nil || state != hfv1.TemplateAvailable || (prev.State != hfv1.TemplateFull && prev.State != hfv1.TemplateOverQuota) {
+	if prev == nil || state != hfv1.TemplateAvailable || (prev.State != hfv1.TemplateFull && prev.State != hfv1.TemplateOverQuota) ||
+		!strings.Contains(prev.Message, claimsWait) {
+		// Only a state the waiting claims showed is carried: one the
+		// cluster's status showed (no memory free, at maxMachines) is
+		// observed again, or not, on every pass.
 		return state, msg, false
 	}
 	if machines < int(prev.Machines) || prev.Since == nil || (!polled.IsZero() && polled.After(prev.Since.Time)) {

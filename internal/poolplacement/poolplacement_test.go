@@ -152,7 +152,8 @@ func TestCarry(t *testing.T) {
 		{"fresh facts win", full, un, 3, time.Time{}, false},
 		{"no previous state", nil, av, 3, time.Time{}, false},
 		{"previously Unreachable: the connection is observed directly", &hfv1.TemplatePlacement{State: un, Since: &metav1.Time{Time: since}}, av, 0, time.Time{}, false},
-		{"over quota holds too", &hfv1.TemplatePlacement{State: oq, Message: "quota", Since: &metav1.Time{Time: since}}, av, 0, time.Time{}, true},
+		{"over quota holds too", &hfv1.TemplatePlacement{State: oq, Message: "2 of the pool's claims wait with QuotaExceeded", Since: &metav1.Time{Time: since}}, av, 0, time.Time{}, true},
+		{"a Full the cluster's status showed is observed again", &hfv1.TemplatePlacement{State: fu, Message: "HypervisorCluster a is at its spec.limits.maxMachines (1)", Since: &metav1.Time{Time: since}}, av, 3, since.Add(-time.Second), false},
 		{"no since recorded", &hfv1.TemplatePlacement{State: fu}, av, 0, time.Time{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
