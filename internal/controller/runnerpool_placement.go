@@ -336,6 +336,33 @@ func (r *RunnerPoolReconciler) spill(ctx context.Context, s *poolScope) (phase.R
 	return phase.Next(), nil
 }
 
+// stranded splits starting claims into those stranded on a template the
+// pool sees Unreachable while another template takes VMs, and the others.
+// A stranded claim has something on its cluster (else spill replaced it):
+// its VM cannot come up, nor be removed, until the cluster is back, so it
+// serves none of the demand, which gets claims on an Available template
+// instead; it still holds its place under maxReplicas (the caller counts
+// it with the claims being removed). Without this a pool whose starting
+// claims all went to a cluster before it was found partitioned would wait
+// for that cluster however many other clusters had room.
+func (s *poolScope) stranded(claims []*hfv1.MachineClaim) (stuck, others []*hfv1.MachineClaim) {
+	if len(s.placement) < 2 || !slices.ContainsFunc(s.placement, func(t poolplacement.Template) bool { return t.State == hfv1.TemplateAvailable }) {
+		return nil, claims
+	}
+	unreachable := map[string]bool{}
+	for _, t := range s.placement {
+		unreachable[t.Name] = t.State == hfv1.TemplateUnreachable
+	}
+	for _, c := range claims {
+		if unreachable[c.Spec.TemplateRef.Name] {
+			stuck = append(stuck, c)
+		} else {
+			others = append(others, c)
+		}
+	}
+	return stuck, others
+}
+
 // canSpill reports whether the pool would create the spilled claims'
 // replacements: a pool that builds nothing (refused, unverified, its feed
 // blocked) keeps its waiting claims rather than lose them.

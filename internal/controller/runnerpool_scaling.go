@@ -31,7 +31,11 @@ func (r *RunnerPoolReconciler) scale(ctx context.Context, s *poolScope) (phase.R
 	staleIdle, freshIdle := byDrift(s.claims.Idle, s.claims.Stale)
 	res := s.schedWake
 	s.tier = s.standbyTier()
+	stranded, freshStarting := s.stranded(freshStarting)
 	in := s.scalingInput(len(freshStarting), len(staleStarting), len(freshIdle), len(staleIdle))
+	// A stranded claim holds its place under maxReplicas, as one being
+	// removed does, but serves no demand.
+	in.Terminating += len(stranded)
 	d := scaling.Plan(in)
 	s.decision = d
 	if !d.ScaleDownAt.IsZero() {

@@ -122,6 +122,8 @@ type churn struct {
 	// cutAt and healedAt bound cluster B's partition (overflowPool's
 	// spill and return are judged against them).
 	cutAt, healedAt time.Time
+	// partitioned is true from the cut until healPartition heals it.
+	partitioned bool
 	// githubCalls and proxmoxCalls are the calls made by the time the
 	// jobs were done.
 	githubCalls, proxmoxCalls int64
@@ -210,9 +212,8 @@ func (r *churn) plan() {
 			if err := c.link.Cut(); err != nil {
 				c.t.Fatal(err)
 			}
-			r.cutAt = time.Now()
-			r.injected["network partitions between the manager and "+clusterB+" (25 s)"]++
-			r.after(25*time.Second, func() { _ = c.link.Heal(); r.healedAt = time.Now() })
+			r.cutAt, r.partitioned = time.Now(), true
+			r.injected["network partitions between the manager and "+clusterB+" (25 s, longer until "+overflowPool+" spills)"]++
 		}},
 		{at: 0.60, name: "kill the leader", do: func() { r.killReplica(true) }},
 		{at: 0.70, name: "GitHub secondary rate limits", do: func() {
@@ -229,6 +230,32 @@ func (r *churn) plan() {
 // after schedules do in d.
 func (r *churn) after(d time.Duration, do func()) {
 	r.undo = append(r.undo, timedAction{at: time.Now().Add(d), do: func() { do(); r.lastFault = time.Now() }})
+}
+
+// shortestPartition and longestPartition bound cluster B's partition. It lasts
+// shortestPartition, and then until overflowPool has built a claim from its
+// overflow template: the manager marks a cluster down only after
+// toleratedProbeFailures probes in a row failed, each waiting out the
+// API's request timeout (30 s), so a partition is seen about 90 s in, and
+// only then does the pool spill. longestPartition ends a run whose pool never
+// spills (the overflow invariant then says so).
+const (
+	shortestPartition = 25 * time.Second
+	longestPartition = 4 * time.Minute
+)
+
+// healPartition ends cluster B's partition once it lasted shortestPartition
+// and overflowPool spilled, or longestPartition.
+func (r *churn) healPartition() {
+	if !r.partitioned {
+		return
+	}
+	lasted := time.Since(r.cutAt)
+	if spilled, _, _ := r.overflowFigures(); lasted < shortestPartition || (spilled == 0 && lasted < longestPartition) {
+		return
+	}
+	_ = r.c.link.Heal()
+	r.partitioned, r.healedAt, r.lastFault = false, time.Now(), time.Now()
 }
 
 // faultsOff ends the background faults.
@@ -319,6 +346,7 @@ func (r *churn) loop(ctx context.Context, t *testing.T) {
 			}
 		}
 		r.undo = keep
+		r.healPartition()
 		r.superviseReplicas(t)
 		c.sampleVMs(r.rec)
 		busy = c.busyRunners(r.rec, busy)
@@ -330,7 +358,7 @@ func (r *churn) loop(ctx context.Context, t *testing.T) {
 				r.githubCalls, r.proxmoxCalls = c.githubCalls.Load(), c.proxmoxCalls.Load()
 				r.faultsOff()
 			}
-			if len(r.undo) == 0 && r.settled(ctx) {
+			if len(r.undo) == 0 && !r.partitioned && r.settled(ctx) {
 				r.converged = time.Since(r.lastFault)
 				return
 			}
@@ -389,8 +417,8 @@ func (r *churn) checkLeaders() {
 	r.rec.check(invLeaderUnique, v)
 }
 
-// feed keeps each pool's queue at twice its maximum until its quota is
-// queued.
+// feed keeps each pool's queue at twice its maximum (overflowPool's at
+// overflowQueue) until its quota is queued.
 func (r *churn) feed(t *testing.T) {
 	for _, p := range r.c.pools {
 		queued := 0
@@ -399,7 +427,11 @@ func (r *churn) feed(t *testing.T) {
 				queued++
 			}
 		}
-		n := min(2*int(p.MaxReplicas)-queued, r.quota[p.Name]-len(r.jobs[p.Name]))
+		depth := 2 * int(p.MaxReplicas)
+		if p.Name == overflowPool {
+			depth = overflowQueue
+		}
+		n := min(depth-queued, r.quota[p.Name]-len(r.jobs[p.Name]))
 		if n <= 0 {
 			continue
 		}

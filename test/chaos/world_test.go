@@ -33,6 +33,14 @@ const (
 	// overflowPool builds its VMs on cluster B and spills them to cluster
 	// A (spec.placement) while B is partitioned.
 	overflowPool = "b-overflow"
+	// overflowQueue is how many of overflowPool's jobs the run keeps
+	// queued (the other pools', twice their maximum): its claims on B then
+	// stay under its maxReplicas, so that the claims its VMs on B hold
+	// while B is partitioned (ended, their VMs not deletable until B is
+	// back, each holding its place under maxReplicas) leave room for the
+	// claims that spill to A. A pool at its maximum on a partitioned
+	// cluster has nothing to spill: every place is held.
+	overflowQueue = 2
 )
 
 // chaosPools are the run's pools: the world's SPIFFE pool (attesting VMs,
@@ -46,7 +54,7 @@ func chaosPools() []devenv.PoolSpec {
 		{Name: staticPool, Cluster: clusterA, Label: "chaos-a-static", MinReplicas: 1, MaxReplicas: 5,
 			IPPool: &hfv1.IPPoolSpec{Addresses: []string{"192.168.50.10-192.168.50.40"}, Prefix: 24, Gateways: []string{"192.168.50.1"}}},
 		{Name: partitionedPool, Cluster: clusterB, Label: "chaos-b-dhcp", MinReplicas: 1, MaxReplicas: 8},
-		{Name: overflowPool, Cluster: clusterB, OverflowCluster: clusterA, Label: "chaos-b-overflow", MinReplicas: 1, MaxReplicas: 4},
+		{Name: overflowPool, Cluster: clusterB, OverflowCluster: clusterA, Label: "chaos-b-overflow", MinReplicas: 1, MaxReplicas: 8},
 	}
 }
 
