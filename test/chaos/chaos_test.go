@@ -241,7 +241,7 @@ func (r *churn) after(d time.Duration, do func()) {
 // spills (the overflow invariant then says so).
 const (
 	shortestPartition = 25 * time.Second
-	longestPartition = 4 * time.Minute
+	longestPartition  = 4 * time.Minute
 )
 
 // healPartition ends cluster B's partition once it lasted shortestPartition
