@@ -701,6 +701,9 @@ func invalidCases() []invalidCase {
 		{name: "template user data too large", base: validTemplate, mutate: set(map[string]any{"userData": "#cloud-config\n" + strings.Repeat("#", 70000)}, "spec", "cloudInit"), want: "spec.cloudInit.userData: Too long"},
 
 		// RunnerPool
+		{name: "pool placement names templateRef", base: validPool, mutate: set(map[string]any{"templates": []any{map[string]any{"name": "other"}, map[string]any{"name": "tpl"}}}, "spec", "placement"), want: "spec.placement.templates must not name spec.templateRef's template"},
+		{name: "pool placement template twice", base: validPool, mutate: set(map[string]any{"templates": []any{map[string]any{"name": "other"}, map[string]any{"name": "other"}}}, "spec", "placement"), want: "placement.templates must not name a template twice"},
+		{name: "pool placement strategy", base: validPool, mutate: set(map[string]any{"strategy": "random", "templates": []any{map[string]any{"name": "other"}}}, "spec", "placement"), want: "spec.placement.strategy: Unsupported value"},
 		{name: "pool min above max", base: validPool, mutate: set(map[string]any{"minReplicas": int64(6), "maxReplicas": int64(5)}, "spec", "scaling"), want: "scaling.minReplicas must not be greater than scaling.maxReplicas"},
 		{name: "pool generic with minIdle", base: validGenericPool, mutate: set(int64(1), "spec", "scaling", "minIdle"), want: "scaling.minIdle does not apply to workload.type generic"},
 		{name: "pool generic with a github section", base: validGenericPool, mutate: set(map[string]any{"labels": []any{"linux"}}, "spec", "workload", "github"), want: "workload.github applies only to workload.type github-actions"},
