@@ -106,7 +106,11 @@ func TestOverflowAcrossClusters(t *testing.T) {
 }
 
 // setMaxMachines sets a cluster's spec.limits.maxMachines (a merge patch:
-// the operator writes the cluster meanwhile).
+// the operator writes the cluster meanwhile) and waits until the operator
+// has reconciled that generation: its provider enforces the cap it was
+// connected with, so claims placed before the cluster's reconcile saw the
+// patch are held to the old cap (the CI run at 036bc36 placed both of the
+// pool's VMs on a cluster patched to maxMachines 1 a moment before).
 func setMaxMachines(t *testing.T, w *devenv.World, cluster string, n int32) {
 	t.Helper()
 	var hc hfv1.HypervisorCluster
@@ -121,6 +125,17 @@ func setMaxMachines(t *testing.T, w *devenv.World, cluster string, n int32) {
 	if err := w.API.Client.Patch(context.Background(), &hc, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
 	}
+	gen := hc.Generation
+	eventually(t, time.Minute, fmt.Sprintf("HypervisorCluster %s observed generation %d (maxMachines %d)", cluster, gen, n), func() error {
+		var now hfv1.HypervisorCluster
+		if err := w.API.Client.Get(context.Background(), client.ObjectKey{Name: cluster}, &now); err != nil {
+			return err
+		}
+		if now.Status.ObservedGeneration < gen {
+			return fmt.Errorf("status.observedGeneration %d", now.Status.ObservedGeneration)
+		}
+		return nil
+	})
 }
 
 // poolPlacement reads the pool and counts its claims' VMs by cluster.
