@@ -182,6 +182,23 @@ type HypervisorClusterSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('5m')",message="pollInterval must be between 1s and 5m"
 	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
+
+	// probeTimeout bounds each probe of the cluster's API (the reads of
+	// its version, nodes and storages that decide Connected). A Ready
+	// cluster is marked down after three failed probes in a row, a
+	// second apart, so a cluster that stops answering (a network
+	// partition, a hung API proxy) is seen about three probeTimeouts in,
+	// and its pools' overflow templates take new VMs from then on
+	// (docs/runnerpool.md, "Overflow across clusters"). The VM list and
+	// every other call keep the API's own request timeout (30 s). Raise
+	// it for a cluster whose API answers slowly (far away, or under
+	// heavy load): a probe that times out counts as a failure.
+	// +optional
+	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('30s')",message="probeTimeout must be between 1s and 30s (the API's request timeout)"
+	ProbeTimeout *metav1.Duration `json:"probeTimeout,omitempty"`
 }
 
 // TenancyRule is what the namespaces it selects may use on a cluster. A

@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -38,6 +39,13 @@ import (
 
 const (
 	defaultPollInterval = 5 * time.Second
+	// defaultProbeTimeout bounds a probe when spec.probeTimeout is unset
+	// (its CRD default): a partition is seen about three of them in.
+	defaultProbeTimeout = 10 * time.Second
+	// clusterWorkers reconcile different clusters at once: one cluster
+	// whose probe hangs until its timeout must not delay the polls of the
+	// others (one cluster is never reconciled twice at once).
+	clusterWorkers = 4
 	// maxProbeBackoff caps the retry interval of an unreachable cluster.
 	maxProbeBackoff = 5 * time.Minute
 	// lastPollRefresh bounds how often status.lastPollTime alone is
@@ -137,6 +145,7 @@ func (r *HypervisorClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&hfv1.HypervisorCluster{}, builder.WithPredicates(notStatusOnly())).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersForSecret)).
 		Named("hypervisorcluster").
+		WithOptions(controller.Options{MaxConcurrentReconciles: clusterWorkers}).
 		Complete(r)
 }
 
@@ -368,6 +377,13 @@ func pollInterval(c *hfv1.HypervisorCluster) time.Duration {
 		return c.Spec.PollInterval.Duration
 	}
 	return defaultPollInterval
+}
+
+func probeTimeout(c *hfv1.HypervisorCluster) time.Duration {
+	if c.Spec.ProbeTimeout != nil && c.Spec.ProbeTimeout.Duration > 0 {
+		return c.Spec.ProbeTimeout.Duration
+	}
+	return defaultProbeTimeout
 }
 
 // probeBackoff is 5s, 10s, 20s ... capped at maxProbeBackoff.

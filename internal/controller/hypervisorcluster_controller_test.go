@@ -3,7 +3,9 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,4 +219,47 @@ func TestClusterCredentialRotation(t *testing.T) {
 	waitReason(metav1.ConditionFalse, hfv1.AuthenticationFailedReason)
 	setToken(simTokenSecret)
 	waitReason(metav1.ConditionTrue, "")
+}
+
+// TestHungClusterHoldsUpNoOther: a cluster whose API stops answering
+// (every request held, as behind a network partition) occupies one of the
+// HypervisorCluster controller's workers until its probe gives up at
+// spec.probeTimeout, and no other cluster waits for it: a cluster created
+// while that probe hangs is Connected before the hung one has any
+// Connected condition. With one worker (before), the new cluster was
+// connected only after the hung probe's timeout and status write.
+func TestHungClusterHoldsUpNoOther(t *testing.T) {
+	hung, healthy := startSim(t, nil), startSim(t, nil)
+	release := make(chan struct{})
+	var held atomic.Int32
+	hold := func(r *http.Request) {
+		held.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}
+	hung.onRequest.Store(&hold)
+	startOperator(t, operatorOptions{})
+	fHung := newFixture(t, hung, func(c *hfv1.HypervisorCluster) {
+		c.Spec.ProbeTimeout = &metav1.Duration{Duration: 30 * time.Second}
+	})
+	// Before the hung cluster is deleted and the operator stops (cleanups
+	// run last first): its held probe would keep both until the timeout.
+	t.Cleanup(func() { close(release) })
+	eventually(t, 30*time.Second, "the hung cluster's first probe held", func() error {
+		if held.Load() == 0 {
+			return fmt.Errorf("no request held yet")
+		}
+		return nil
+	})
+	fUp := newFixture(t, healthy, nil)
+	waitClusterReady(t, fUp.cluster, metav1.ConditionTrue)
+	var got hfv1.HypervisorCluster
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(fHung.cluster), &got); err != nil {
+		t.Fatal(err)
+	}
+	if c := hfv1.FindCondition(got.Status.Conditions, hfv1.HypervisorClusterConnectedCondition); c != nil {
+		t.Fatalf("the healthy cluster was connected only after the hung one's probe gave up (%s: %s)", c.Reason, c.Message)
+	}
 }

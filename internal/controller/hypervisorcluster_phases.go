@@ -129,12 +129,19 @@ func (r *HypervisorClusterReconciler) connectProvider(ctx context.Context, s *cl
 
 // probe asks the cluster for its version and nodes.
 func (r *HypervisorClusterReconciler) probe(ctx context.Context, s *clusterScope) (phase.Result, error) {
-	info, err := s.provider.Probe(ctx)
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout(s.cluster))
+	info, err := s.provider.Probe(pctx)
+	timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
+	cancel()
 	if err == nil {
 		s.info = info
 		return phase.Next(), nil
 	}
-	return r.callFailed(ctx, s, "probe", err, probeFailureReason(err), err.Error()), nil
+	msg := err.Error()
+	if timedOut && ctx.Err() == nil {
+		msg = fmt.Sprintf("no answer within spec.probeTimeout (%s; raise it for a slow API): %v", probeTimeout(s.cluster), err)
+	}
+	return r.callFailed(ctx, s, "probe", err, probeFailureReason(err), msg), nil
 }
 
 // listVMs reads the cluster's VM list.

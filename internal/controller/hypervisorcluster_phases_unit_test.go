@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -30,7 +31,18 @@ type probeFails struct {
 	err error
 }
 
-func (p probeFails) Probe(context.Context) (*provider.ClusterInfo, error) { return nil, p.err }
+func (p probeFails) Probe(ctx context.Context) (*provider.ClusterInfo, error) {
+	if errors.Is(p.err, errProbeHangs) {
+		// A partition: no answer until the caller gives up.
+		<-ctx.Done()
+		return nil, provider.Errorf(provider.ClassTransient, "Unreachable", "%w: GET /version: %w", provider.ErrUnreachable, ctx.Err())
+	}
+	return nil, p.err
+}
+
+// errProbeHangs, as a probe error, makes the probe wait until its context
+// ends.
+var errProbeHangs = errors.New("the probe hangs")
 
 // unitProviders are Factories of providers on the in-memory hypervisor
 // hv; a non-nil probeErr makes their probe fail with it.
@@ -131,6 +143,18 @@ func TestReconcileHypervisorCluster(t *testing.T) {
 				hfv1.HypervisorClusterConnectedCondition: {},
 			},
 			observed: 2, healthy: true,
+		},
+		{
+			name: "a probe with no answer gives up at spec.probeTimeout and says so", probeErr: errProbeHangs,
+			cluster: newCluster(func(c *hfv1.HypervisorCluster) {
+				c.Spec.ProbeTimeout = &metav1.Duration{Duration: 20 * time.Millisecond}
+			}),
+			wantRes: ctrl.Result{RequeueAfter: probeBackoff(1)},
+			want: map[hfv1.ConditionType]wantCondition{
+				hfv1.ReadyCondition:                      {status: metav1.ConditionFalse, reason: hfv1.UnreachableReason, says: []string{"no answer within spec.probeTimeout (20ms"}},
+				hfv1.HypervisorClusterConnectedCondition: {status: metav1.ConditionFalse, reason: hfv1.UnreachableReason, says: []string{"spec.probeTimeout"}},
+			},
+			events: []string{"Warning Unreachable"}, observed: 2,
 		},
 		{
 			name: "refused credentials name the field to fix", cluster: newCluster(), probeErr: fmt.Errorf("token refused: %w", provider.ErrUnauthorized),

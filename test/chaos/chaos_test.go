@@ -235,9 +235,9 @@ func (r *churn) after(d time.Duration, do func()) {
 // shortestPartition and longestPartition bound cluster B's partition. It lasts
 // shortestPartition, and then until overflowPool has built a claim from its
 // overflow template: the manager marks a cluster down only after
-// toleratedProbeFailures probes in a row failed, each waiting out the
-// API's request timeout (30 s), so a partition is seen about 90 s in, and
-// only then does the pool spill. longestPartition ends a run whose pool never
+// toleratedProbeFailures probes in a row failed, each given up at the
+// cluster's spec.probeTimeout (10 s by default), so a partition is seen
+// about 30 s in, and only then does the pool spill. longestPartition ends a run whose pool never
 // spills (the overflow invariant then says so).
 const (
 	shortestPartition = 25 * time.Second

@@ -47,6 +47,10 @@ const (
 	// waitForDependency is how long a claim waits for a missing template or
 	// cluster before looking again (watches usually wake it sooner).
 	waitForDependency = time.Minute
+	// specCatchUp is how long a claim waits before looking again at a
+	// cluster whose controller has not applied its spec yet: one pass of
+	// that controller, usually milliseconds (nothing wakes the claim).
+	specCatchUp = time.Second
 )
 
 // resyncRunning is runningResync plus up to half of it again, at random.

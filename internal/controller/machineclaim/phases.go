@@ -116,13 +116,23 @@ func (r *Reconciler) checkTemplate(_ context.Context, s *claimScope) (phase.Resu
 
 // loadProvider puts the cluster's provider into the scope. A claim
 // still to be built waits for a cluster that is not connected and Ready
-// (new VMs are paused); a running one goes on without it, since its
-// workload is observed without the hypervisor and the cluster controller
-// wakes it when the cluster is back.
-func (r *Reconciler) loadProvider(_ context.Context, s *claimScope) (phase.Result, error) {
+// (new VMs are paused), and for one whose spec changed since its
+// controller last applied it (spec.limits.maxMachines, allowed nodes,
+// credentials: the registry's provider was connected with the previous
+// generation's, so a VM placed now would be held to the old ones); a
+// running one goes on without it, since its workload is observed without
+// the hypervisor and the cluster controller wakes it when the cluster is
+// back.
+func (r *Reconciler) loadProvider(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	p, health, connected := r.Registry.Provider(s.cluster.Name)
 	if connected && health.Ready {
+		if msg := specNotApplied(s.cluster); msg != "" && claim.Status.VMRef == nil {
+			ctrl.LoggerFrom(ctx).V(1).Info("Waiting for the HypervisorCluster controller to apply the cluster's spec before placing", "cluster", s.cluster.Name,
+				"generation", s.cluster.Generation, "observedGeneration", s.cluster.Status.ObservedGeneration)
+			s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason, "New VMs wait: "+msg)
+			return phase.StopAndRequeue(specCatchUp), nil
+		}
 		s.provider = p
 		return phase.Next(), nil
 	}
@@ -135,6 +145,19 @@ func (r *Reconciler) loadProvider(_ context.Context, s *claimScope) (phase.Resul
 	}
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason, msg)
 	return phase.StopAndRequeue(waitForDependency), nil
+}
+
+// specNotApplied says that cluster's spec changed since its controller
+// last applied it (status.observedGeneration behind metadata.generation),
+// "" when it has. A cluster never reconciled (observedGeneration 0) is
+// not connected either, which loadProvider reports first.
+func specNotApplied(cluster *hfv1.HypervisorCluster) string {
+	og := cluster.Status.ObservedGeneration
+	if og == 0 || og >= cluster.Generation {
+		return ""
+	}
+	return fmt.Sprintf("HypervisorCluster %s has a spec change (generation %d) its controller has not applied yet (status.observedGeneration %d)",
+		cluster.Name, cluster.Generation, og)
 }
 
 // checkRunning checks a running claim's VM against the latest listing of

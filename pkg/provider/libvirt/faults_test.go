@@ -2,6 +2,7 @@ package libvirt
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -278,6 +279,37 @@ func TestHungLibvirtdCallsTimeOut(t *testing.T) {
 	}
 	if !obs.sawCode(500) {
 		t.Errorf("the observer saw no error reply; it saw %v", obs.calls())
+	}
+}
+
+// TestProbeGivesUpAtItsDeadline: a probe of a libvirtd that stops
+// answering ends when its context does (the HypervisorCluster's
+// spec.probeTimeout), with the host offline and unreachable, although
+// the connection's own request timeout is far away: go-libvirt takes no
+// context, so the call goes on in the background, and is answered once
+// the daemon is thawed.
+func TestProbeGivesUpAtItsDeadline(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.cfg
+	cfg.RequestTimeout = time.Hour
+	p, err := New(cfg, provider.Deps{Signer: w.signer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	if _, err := p.Probe(t.Context()); err != nil {
+		t.Fatalf("Probe before the hang: %v", err)
+	}
+	w.d.Freeze(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, err = p.Probe(ctx)
+	w.d.Thaw(t)
+	if !errors.Is(err, provider.ErrUnreachable) || !strings.Contains(err.Error(), "did not answer the probe in time") {
+		t.Fatalf("Probe of a hung libvirtd: %v, want its host unreachable at the probe's deadline", err)
+	}
+	if _, err := p.Probe(t.Context()); err != nil {
+		t.Fatalf("Probe once libvirtd answers again: %v", err)
 	}
 }
 

@@ -16,16 +16,17 @@ import (
 )
 
 // Probe implements provider.Provider: every configured host as a node,
-// offline when it does not answer, and the version of the first host that
-// does.
-func (p *Provider) Probe(_ context.Context) (*provider.ClusterInfo, error) {
+// offline when it does not answer before ctx ends, and the version of the
+// first host that does.
+func (p *Provider) Probe(ctx context.Context) (*provider.ClusterInfo, error) {
 	info := &provider.ClusterInfo{InsecureTLS: p.cfg.InsecureSkipVerify}
 	var last error
 	// counted are the storages whose free space is in the total: a pool
 	// shared by hosts (an NFS export each defines) is counted once.
 	counted := map[string]bool{}
-	for _, h := range p.hosts {
-		n, storage, version, err := p.probeHost(h)
+	probed := p.probeHosts(ctx)
+	for i, h := range p.hosts {
+		n, storage, version, err := probed[i].node, probed[i].storage, probed[i].version, probed[i].err
 		if err != nil {
 			last = err
 			p.log.V(1).Info("Host offline", "host", h.Name, "error", err.Error())
@@ -48,11 +49,57 @@ func (p *Provider) Probe(_ context.Context) (*provider.ClusterInfo, error) {
 	return info, nil
 }
 
+// hostProbe is what probing one host found (probeHost).
+type hostProbe struct {
+	node             provider.NodeInfo
+	storage, version string
+	err              error
+}
+
+// probeHosts probes every host at once, each for as long as ctx allows
+// (the HypervisorCluster's spec.probeTimeout). go-libvirt takes no
+// context: a host that has not answered when ctx ends is reported offline
+// at once, while its calls run on in the background until the
+// connection's watchdog (watchdog.go) closes it at the request timeout.
+func (p *Provider) probeHosts(ctx context.Context) []hostProbe {
+	out := make([]hostProbe, len(p.hosts))
+	results := make([]hostProbe, len(p.hosts))
+	done := make(chan int, len(p.hosts))
+	for i, h := range p.hosts {
+		go func() {
+			n, storage, version, err := p.probeHost(h)
+			results[i] = hostProbe{node: n, storage: storage, version: version, err: err}
+			done <- i
+		}()
+	}
+	answered := make([]bool, len(p.hosts))
+	for range p.hosts {
+		select {
+		case i := <-done:
+			out[i], answered[i] = results[i], true
+		case <-ctx.Done():
+			for i, h := range p.hosts {
+				if !answered[i] {
+					out[i] = hostProbe{node: p.offlineNode(h), storage: localStorage(h.Name, p.settings.VolumePool),
+						err: provider.Errorf(provider.ClassTransient, "Unreachable", "%w: host %s did not answer the probe in time: %w", provider.ErrUnreachable, h.Name, ctx.Err())}
+				}
+			}
+			return out
+		}
+	}
+	return out
+}
+
+// offlineNode is host h as a node before anything was read from it.
+func (p *Provider) offlineNode(h *host) provider.NodeInfo {
+	return provider.NodeInfo{Name: h.Name, Allowed: p.allowed(h.Name), ReservedMemoryBytes: p.reservedOn(h.Name)}
+}
+
 // probeHost reads one host's capacity; an unreachable host is offline.
 // storage identifies the storage behind the host's volume pool
 // (storageKey).
 func (p *Provider) probeHost(h *host) (n provider.NodeInfo, storage, version string, err error) {
-	n = provider.NodeInfo{Name: h.Name, Allowed: p.allowed(h.Name), ReservedMemoryBytes: p.reservedOn(h.Name)}
+	n = p.offlineNode(h)
 	storage = localStorage(h.Name, p.settings.VolumePool)
 	l, err := h.client()
 	if err != nil {
