@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -76,11 +78,46 @@ func (r *Registry) entryLocked(name string) *entry {
 type Registry struct {
 	mu      sync.RWMutex
 	entries map[string]*entry
+	// CloseGrace is how long a provider replaced by a new configuration,
+	// or of a removed cluster, stays open before it is closed (a Provider
+	// holding connections: libvirt's hosts, with their event
+	// subscriptions): a pass that took it from the registry just before
+	// may still be calling it, and every call ends within the hypervisor
+	// API's request timeout (30 s). Zero closes it at once.
+	CloseGrace time.Duration
+	// Clock times CloseGrace; nil is the real clock.
+	Clock clock.WithDelayedExecution
 }
+
+// DefaultCloseGrace is NewRegistry's CloseGrace: twice the request
+// timeout.
+const DefaultCloseGrace = time.Minute
 
 // NewRegistry returns an empty Registry.
 func NewRegistry() *Registry {
-	return &Registry{entries: map[string]*entry{}}
+	return &Registry{entries: map[string]*entry{}, CloseGrace: DefaultCloseGrace}
+}
+
+// closer is a Provider that holds connections to close when nobody
+// calls it any more.
+type closer interface{ Close() }
+
+// retire closes p, if it holds connections, CloseGrace from now. Called
+// without r.mu: a close talks to the hypervisor.
+func (r *Registry) retire(p provider.Provider) {
+	c, ok := p.(closer)
+	if !ok {
+		return
+	}
+	if r.CloseGrace <= 0 {
+		c.Close()
+		return
+	}
+	clk := r.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	clk.AfterFunc(r.CloseGrace, c.Close)
 }
 
 // ConfigHash fingerprints a ClusterConfig (secrets included) so a changed
@@ -98,22 +135,29 @@ func ConfigHash(cfg provider.ClusterConfig) string {
 
 // Connect returns the cluster's Provider, building a new one with build
 // when none exists or cfg changed since it was built.
+// The provider it replaces is closed after CloseGrace (retire).
 func (r *Registry) Connect(name string, cfg provider.ClusterConfig, build func() (provider.Provider, error)) (provider.Provider, error) {
 	hash := ConfigHash(cfg)
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	e := r.entries[name]
 	if e != nil && e.provider != nil && e.configHash == hash {
+		r.mu.Unlock()
 		return e.provider, nil
 	}
 	p, err := build()
 	if err != nil {
+		r.mu.Unlock()
 		return nil, err
 	}
 	if e == nil {
 		e = r.entryLocked(name)
 	}
+	old := e.provider
 	e.provider, e.configHash = p, hash
+	r.mu.Unlock()
+	if old != nil {
+		r.retire(old)
+	}
 	return p, nil
 }
 
@@ -214,9 +258,14 @@ func (r *Registry) Names() []string {
 	return out
 }
 
-// Remove forgets a deleted cluster.
+// Remove forgets a deleted cluster, and closes its provider after
+// CloseGrace (retire).
 func (r *Registry) Remove(name string) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	e := r.entries[name]
 	delete(r.entries, name)
+	r.mu.Unlock()
+	if e != nil && e.provider != nil {
+		r.retire(e.provider)
+	}
 }

@@ -2,8 +2,11 @@ package hypervisors
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -101,4 +104,66 @@ func TestListing(t *testing.T) {
 	if r.Listing("x") != nil || len(r.Names()) != 0 {
 		t.Fatal("Remove kept the cluster")
 	}
+}
+
+// closingProvider counts its closes.
+type closingProvider struct {
+	provider.Provider
+	closes atomic.Int32
+}
+
+func (p *closingProvider) Close() { p.closes.Add(1) }
+
+// TestReplacedAndRemovedProvidersAreClosed: a provider that holds
+// connections (libvirt's hosts, with their event subscriptions) is closed
+// once a new configuration replaced it or its cluster was removed, after
+// CloseGrace (calls in flight on it end first), and never while it is the
+// cluster's provider; before, each Secret rotation or deletion of a
+// libvirt cluster left its connections open for good.
+func TestReplacedAndRemovedProvidersAreClosed(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := NewRegistry()
+	r.Clock = clk
+	var built []*closingProvider
+	build := func() (provider.Provider, error) {
+		p := &closingProvider{}
+		built = append(built, p)
+		return p, nil
+	}
+	cfg := provider.ClusterConfig{Name: "a", Endpoint: "qemu+tls://kvm1/system", TokenSecret: "s1"}
+	if _, err := r.Connect("a", cfg, build); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Connect("a", cfg, build); err != nil {
+		t.Fatal(err)
+	}
+	cfg.TokenSecret = "s2"
+	if _, err := r.Connect("a", cfg, build); err != nil {
+		t.Fatal(err)
+	}
+	if len(built) != 2 {
+		t.Fatalf("%d providers built, want 2", len(built))
+	}
+	if n := built[0].closes.Load(); n != 0 {
+		t.Fatalf("the replaced provider was closed at once (%d closes): a pass may still be calling it", n)
+	}
+	clk.Step(DefaultCloseGrace)
+	if n := built[0].closes.Load(); n != 1 {
+		t.Fatalf("the replaced provider was closed %d times after CloseGrace, want 1", n)
+	}
+	if n := built[1].closes.Load(); n != 0 {
+		t.Fatalf("the cluster's current provider was closed (%d)", n)
+	}
+	r.Remove("a")
+	clk.Step(DefaultCloseGrace)
+	if n := built[1].closes.Load(); n != 1 {
+		t.Fatalf("the removed cluster's provider was closed %d times, want 1", n)
+	}
+	// A provider without connections (no Close) is simply dropped.
+	r.Remove("never-connected")
+	if _, err := r.Connect("b", cfg, func() (provider.Provider, error) { return &stubProvider{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	r.Remove("b")
+	clk.Step(DefaultCloseGrace)
 }

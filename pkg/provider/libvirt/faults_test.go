@@ -313,6 +313,36 @@ func TestProbeGivesUpAtItsDeadline(t *testing.T) {
 	}
 }
 
+// TestClosedProviderStaysClosed: a provider the registry closed (its
+// cluster's configuration changed, or the cluster was deleted) fails the
+// calls that still come, as a transient unreachable error the caller
+// retries with the cluster's current provider, instead of connecting
+// again: a connection opened then would never be closed, and its event
+// subscriptions would follow the host for good.
+func TestClosedProviderStaysClosed(t *testing.T) {
+	w := newWorld(t)
+	obs := &recordingObserver{}
+	p, err := New(w.cfg, provider.Deps{Signer: w.signer, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ListVMs(t.Context()); err != nil {
+		t.Fatalf("ListVMs before the close: %v", err)
+	}
+	p.Close()
+	opens := obs.count("remote ConnectOpen 200")
+	_, err = p.ListVMs(t.Context())
+	if !errors.Is(err, provider.ErrUnreachable) || provider.Classify(err) != provider.ClassTransient || !strings.Contains(err.Error(), "was closed") {
+		t.Fatalf("ListVMs on a closed provider: %v, want a transient error saying it was closed", err)
+	}
+	if _, err := p.Probe(t.Context()); err == nil {
+		t.Fatal("Probe on a closed provider succeeded")
+	}
+	if n := obs.count("remote ConnectOpen 200"); n != opens {
+		t.Fatalf("the closed provider connected again (%d opens, %d before)", n, opens)
+	}
+}
+
 // TestCloseDoesNotCrashLibvirtd: a provider that closes its connection
 // (a HypervisorCluster edited or deleted, the operator stopping) must not
 // take the host's libvirtd down. libvirtd 9.0 crashes when a client's
@@ -370,6 +400,16 @@ func (o *recordingObserver) calls() []string {
 }
 
 func (o *recordingObserver) saw(call string) bool { return slices.Contains(o.calls(), call) }
+
+func (o *recordingObserver) count(call string) int {
+	n := 0
+	for _, c := range o.calls() {
+		if c == call {
+			n++
+		}
+	}
+	return n
+}
 
 func (o *recordingObserver) sawCode(code int) bool {
 	return slices.ContainsFunc(o.calls(), func(c string) bool { return strings.HasSuffix(c, " "+strconv.Itoa(code)) })

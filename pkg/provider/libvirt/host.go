@@ -8,6 +8,8 @@ import (
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
 // host is one configured libvirt host and its connection, made on first
@@ -22,13 +24,25 @@ type host struct {
 	conn *golibvirt.Libvirt
 	// cancel stops the event loop of conn.
 	cancel context.CancelFunc
+	// closed is set by Close: the provider was replaced (its cluster's
+	// configuration changed) or its cluster deleted, and a call that
+	// still comes must not open a connection nobody would close.
+	closed bool
 }
+
+// errClosed is a call on a closed provider: the caller's next pass gets
+// the cluster's current one from the registry.
+var errClosed = provider.Errorf(provider.ClassTransient, "Unreachable",
+	"%w: this connection to the cluster was closed (its HypervisorCluster was changed or deleted); the next attempt uses the current one", provider.ErrUnreachable)
 
 // client returns the host's connection, connecting when there is none or
 // the last one is lost. A host that cannot be reached is ErrUnreachable.
 func (h *host) client() (*golibvirt.Libvirt, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closed {
+		return nil, errClosed
+	}
 	if h.conn != nil && h.conn.IsConnected() {
 		return h.conn, nil
 	}
@@ -93,7 +107,7 @@ func (h *host) close() {
 	} else if h.cancel != nil {
 		h.cancel()
 	}
-	h.conn, h.cancel = nil, nil
+	h.conn, h.cancel, h.closed = nil, nil, true
 }
 
 // hangUp closes l and only then stops its event subscriptions (cancel).
@@ -113,7 +127,8 @@ func hangUp(l *golibvirt.Libvirt, cancel context.CancelFunc) {
 	}
 }
 
-// Close disconnects from every host.
+// Close disconnects from every host for good: a call after it fails
+// (errClosed) instead of connecting again.
 func (p *Provider) Close() {
 	for _, h := range p.hosts {
 		h.close()
