@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -31,6 +32,10 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
+
+// templateWorkers is how many templates are validated at once (one
+// template is never reconciled twice at once).
+const templateWorkers = 4
 
 // HypervisorMachineTemplateReconciler validates each template against its
 // cluster and computes its drift hash (docs/architecture.md, "Template
@@ -82,6 +87,9 @@ func (r *HypervisorMachineTemplateReconciler) SetupWithManager(mgr ctrl.Manager)
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.templatesForNamespace)).
 		Watches(&hfv1.MachineClaim{}, handler.EnqueueRequestsFromMapFunc(r.deletedTemplateOfClaim)).
 		Named("hypervisormachinetemplate").
+		// Templates of different clusters validated at once: one whose
+		// cluster hangs (not yet marked down) must not hold up the others'.
+		WithOptions(controller.Options{MaxConcurrentReconciles: templateWorkers}).
 		Complete(r)
 }
 

@@ -3,9 +3,11 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -321,4 +323,67 @@ func TestTemplateReusableCredential(t *testing.T) {
 	})
 	waitCredential(gl, metav1.ConditionTrue, "GitLab: a GitLab runner authentication token is multi-job", "paused as soon as its first job is seen",
 		"spec.bootstrap.gitlab.group (acme)")
+}
+
+// TestHungClusterHoldsUpNoOtherTemplate: a template whose validation is
+// held by its cluster's API (connected and Ready, then hung: the first
+// ~30 s of a partition, before three probes have failed) occupies one of
+// the HypervisorMachineTemplate controller's workers until its calls time
+// out, and no template of another cluster waits for it: one created while
+// that validation is held is validated first. With one worker (before),
+// every template of every cluster waited out the hung calls.
+func TestHungClusterHoldsUpNoOtherTemplate(t *testing.T) {
+	hung := startSim(t, func(c *proxmoxsim.Config) {
+		second := c.Templates[0]
+		second.VMID, second.Name = 9001, "second"
+		c.Templates = append(c.Templates, second)
+	})
+	healthy := startSim(t, nil)
+	var holding atomic.Bool
+	var held atomic.Int32
+	release := make(chan struct{})
+	hold := func(r *http.Request) {
+		// The template's reads; the cluster's probe and listing go on.
+		if !holding.Load() || !strings.Contains(r.URL.Path, "/qemu/") {
+			return
+		}
+		held.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}
+	hung.onRequest.Store(&hold)
+	startOperator(t, operatorOptions{})
+	fHung := newFixture(t, hung, nil)
+	// Before the fixtures are deleted and the operator stops (cleanups
+	// run last first): a held validation would keep both until its
+	// request timeout.
+	t.Cleanup(func() { close(release) })
+	waitTemplate(t, fHung.template, metav1.ConditionTrue, "")
+	holding.Store(true)
+	var tmpl hfv1.HypervisorMachineTemplate
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(fHung.template), &tmpl); err != nil {
+		t.Fatal(err)
+	}
+	before := tmpl.DeepCopy()
+	tmpl.Spec.Source.Proxmox.TemplateID = ptr.To[int32](9001)
+	if err := env.Client.Patch(context.Background(), &tmpl, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the hung cluster's template validation held", func() error {
+		if held.Load() == 0 {
+			return fmt.Errorf("no template read held yet")
+		}
+		return nil
+	})
+	fUp := newFixture(t, healthy, nil)
+	waitTemplate(t, fUp.template, metav1.ConditionTrue, "")
+	var got hfv1.HypervisorMachineTemplate
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(fHung.template), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.ObservedGeneration == got.Generation {
+		t.Fatalf("the healthy cluster's template was validated only after the held validation ended (%+v)", got.Status.Conditions)
+	}
 }
