@@ -3,9 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,23 +228,14 @@ func TestClusterCredentialRotation(t *testing.T) {
 // connected only after the hung probe's timeout and status write.
 func TestHungClusterHoldsUpNoOther(t *testing.T) {
 	hung, healthy := startSim(t, nil), startSim(t, nil)
-	release := make(chan struct{})
-	var held atomic.Int32
-	hold := func(r *http.Request) {
-		held.Add(1)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}
-	hung.onRequest.Store(&hold)
+	held, release := hung.holdRequests(nil)
 	startOperator(t, operatorOptions{})
 	fHung := newFixture(t, hung, func(c *hfv1.HypervisorCluster) {
 		c.Spec.ProbeTimeout = &metav1.Duration{Duration: 30 * time.Second}
 	})
 	// Before the hung cluster is deleted and the operator stops (cleanups
 	// run last first): its held probe would keep both until the timeout.
-	t.Cleanup(func() { close(release) })
+	t.Cleanup(release)
 	eventually(t, 30*time.Second, "the hung cluster's first probe held", func() error {
 		if held.Load() == 0 {
 			return fmt.Errorf("no request held yet")

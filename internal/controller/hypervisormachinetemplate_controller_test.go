@@ -340,26 +340,16 @@ func TestHungClusterHoldsUpNoOtherTemplate(t *testing.T) {
 	})
 	healthy := startSim(t, nil)
 	var holding atomic.Bool
-	var held atomic.Int32
-	release := make(chan struct{})
-	hold := func(r *http.Request) {
-		// The template's reads; the cluster's probe and listing go on.
-		if !holding.Load() || !strings.Contains(r.URL.Path, "/qemu/") {
-			return
-		}
-		held.Add(1)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}
-	hung.onRequest.Store(&hold)
+	// The template's reads; the cluster's probe and listing go on.
+	held, release := hung.holdRequests(func(r *http.Request) bool {
+		return holding.Load() && strings.Contains(r.URL.Path, "/qemu/")
+	})
 	startOperator(t, operatorOptions{})
 	fHung := newFixture(t, hung, nil)
 	// Before the fixtures are deleted and the operator stops (cleanups
 	// run last first): a held validation would keep both until its
 	// request timeout.
-	t.Cleanup(func() { close(release) })
+	t.Cleanup(release)
 	waitTemplate(t, fHung.template, metav1.ConditionTrue, "")
 	holding.Store(true)
 	var tmpl hfv1.HypervisorMachineTemplate

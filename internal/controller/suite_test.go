@@ -459,6 +459,30 @@ func startSim(t testing.TB, mutate func(*proxmoxsim.Config), opts ...proxmoxsim.
 	return out
 }
 
+// holdRequests holds the simulator's requests that match (every one when
+// match is nil) until release is called or the client gives up, as an API
+// that stopped answering behind a partition does; held counts those held
+// so far. Register release as a cleanup after the fixtures that use the
+// simulator (cleanups run last first), so that their deletion and the
+// operator's stop do not wait out a held pass's timeout.
+func (s *simulator) holdRequests(match func(*http.Request) bool) (held *atomic.Int32, release func()) {
+	held = &atomic.Int32{}
+	done := make(chan struct{})
+	hook := func(r *http.Request) {
+		if match != nil && !match(r) {
+			return
+		}
+		held.Add(1)
+		select {
+		case <-done:
+		case <-r.Context().Done():
+		}
+	}
+	s.onRequest.Store(&hook)
+	var once sync.Once
+	return held, func() { once.Do(func() { close(done) }) }
+}
+
 // fixture is one test's objects: a namespace, a cluster and a template.
 type fixture struct {
 	t         testing.TB
